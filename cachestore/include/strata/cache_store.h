@@ -1,0 +1,146 @@
+// CacheStore: the in-process store over the DRAM tier (DESIGN §3-§5).
+// Multi-tenant: every call names the caller's Principal. Thread-safe; see
+// "Locking" in cache_store.cc.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/clock.h"
+#include "strata/dram_arena.h"
+#include "strata/layout.h"
+#include "strata/metrics.h"
+#include "strata/status.h"
+#include "strata/store_types.h"
+
+namespace strata {
+
+struct CacheStoreOptions {
+  DramArenaOptions dram;
+  // Eviction starts above high x capacity and stops below low x capacity.
+  double high_watermark = 0.95;
+  double low_watermark = 0.85;
+  Nanos global_kv_ttl = Hours(72);
+  Nanos swa_ttl = Minutes(10);
+  Nanos default_read_lease_ttl = Seconds(10);
+  Nanos default_write_lease_ttl = Seconds(30);
+  std::string eviction_policy = "lru";
+  uint32_t index_shards = 64;  // a power of two
+  // Background expiry of leases and TTLs and watermark eviction; 0 leaves
+  // it to explicit RunMaintenance() calls (tests with a ManualClock).
+  Nanos maintenance_interval = 100 * kNanosPerMilli;
+  const Clock* clock = nullptr;          // default: SteadyClock
+  MetricsRegistry* metrics = nullptr;    // default: the store's own registry
+  std::vector<Layout> extra_layouts;     // besides the built-in V4.1 layouts
+};
+
+enum class EvictReason : uint8_t { kCapacity, kWatermark, kTtl, kExplicit, kChecksum, kCount };
+std::string_view EvictReasonName(EvictReason reason);
+
+struct EntryInfo {
+  ChainKey key;
+  StateKind kind = StateKind::kGlobalKv;
+  std::string ns;
+  ModelId model_id;
+  uint32_t layout_id = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;
+  Tier tier = Tier::kDram;
+  Nanos commit_time = 0;
+  Nanos expiry = 0;
+  Nanos pinned_until = 0;
+  uint32_t live_leases = 0;
+  uint64_t hits = 0;
+  bool has_parent = false;
+  uint32_t children = 0;
+};
+
+struct StoreStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;     // granule-rounded extents, committed and reserved
+  uint64_t payload_bytes = 0;  // exact payload bytes of those extents
+  uint64_t global_kv_entries = 0;
+  uint64_t swa_entries = 0;
+  uint64_t reserved_entries = 0;
+  uint64_t deleting_entries = 0;
+  uint64_t read_leases = 0;
+  uint64_t write_leases = 0;
+  std::array<uint64_t, static_cast<size_t>(EvictReason::kCount)> evictions{};
+  bool huge_pages = false;
+};
+
+struct MaintenanceReport {
+  uint64_t expired_read_leases = 0;
+  uint64_t expired_write_leases = 0;
+  uint64_t ttl_expired = 0;
+  uint64_t evicted = 0;
+};
+
+class CacheStore {
+ public:
+  static Result<std::unique_ptr<CacheStore>> Open(CacheStoreOptions options);
+  // Stops maintenance, ends every lease and reservation, frees the arena.
+  ~CacheStore();
+  CacheStore(const CacheStore&) = delete;
+  CacheStore& operator=(const CacheStore&) = delete;
+
+  // ---- the contract -------------------------------------------------------
+  Result<MatchResult> Match(const Principal& caller, const MatchRequest& request);
+  // Runs the transfer on the calling thread; the future is ready on return.
+  FetchFuture Fetch(const Principal& caller, const FetchRequest& request);
+  // Phase one of a commit: space for every block that needs it, all or
+  // nothing, held by a write lease (ttl 0: the default).
+  Result<Reservation> Reserve(const Principal& caller, const ModelId& model,
+                              std::span<const CommitBlock> blocks, Nanos write_lease_ttl = 0);
+  // Phase two: verifies each written payload against its checksum (one per
+  // reservation block; ignored for blocks not reserved) and makes the good
+  // ones visible. Ends the write lease.
+  Result<PublishResult> Publish(const Principal& caller, LeaseId write_lease,
+                                std::span<const uint64_t> checksums);
+  // Reserve + copy + Publish in one call.
+  Result<PublishResult> Commit(const Principal& caller, const ModelId& model,
+                               std::span<const CommitPayload> payloads);
+  Status RenewLease(const Principal& caller, LeaseId lease, Nanos ttl);
+  // Ends a read lease or drops a reservation. Unknown or ended leases are
+  // fine: abort is safe to repeat.
+  Status Abort(const Principal& caller, LeaseId lease);
+
+  // ---- admin --------------------------------------------------------------
+  // Deletes an entry and, for GLOBAL_KV, every descendant (they could never
+  // be matched again). Entries under a lease go when the lease ends.
+  Status Delete(const Principal& caller, const ChainKey& key, StateKind kind);
+  Status Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl);
+  Status Unpin(const Principal& caller, const ChainKey& key, StateKind kind);
+  Result<EntryInfo> Inspect(const Principal& caller, const ChainKey& key, StateKind kind);
+  Status RegisterLayout(const Layout& layout);
+
+  MaintenanceReport RunMaintenance();
+  StoreStats Stats() const;
+  MetricsRegistry& metrics() { return *metrics_; }
+  const Clock& clock() const { return *clock_; }
+
+  // Test hook: the stored bytes of a committed entry, to corrupt them.
+  std::span<std::byte> MutablePayloadForTesting(const Principal& caller, const ChainKey& key,
+                                                StateKind kind);
+  // Test hook: walks every structure and checks the invariants (occupancy
+  // equals the sum of live extents, the tree is consistent, no leased or
+  // reserved entry is in the policy).
+  Status CheckInvariantsForTesting() const;
+
+ private:
+  struct Impl;
+  explicit CacheStore(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+  const Clock* clock_;
+  MetricsRegistry* metrics_;
+};
+
+}  // namespace strata

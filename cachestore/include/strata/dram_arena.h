@@ -1,0 +1,57 @@
+// The node's DRAM tier memory: one mapping made at start (2 MiB huge pages
+// when the system has them, else transparent huge pages), carved into
+// extents. Later registered once with the transport, so bytes never move
+// between put and fetch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+
+#include "strata/extent_allocator.h"
+#include "strata/status.h"
+
+namespace strata {
+
+struct DramArenaOptions {
+  uint64_t capacity_bytes = 1ull << 30;
+  uint32_t granule_bytes = 4096;  // also keeps extents O_DIRECT-aligned
+  bool try_huge_pages = true;
+  bool prefault = true;  // touch every page at start, not on the first put
+};
+
+class DramArena {
+ public:
+  static Result<std::unique_ptr<DramArena>> Create(const DramArenaOptions& options);
+  ~DramArena();
+  DramArena(const DramArena&) = delete;
+  DramArena& operator=(const DramArena&) = delete;
+
+  std::optional<Extent> Allocate(uint64_t bytes);
+  void Free(const Extent& extent);
+
+  std::span<std::byte> Bytes(const Extent& extent, uint64_t length) const {
+    return {base_ + extent.offset, length};
+  }
+  std::byte* base() const { return base_; }
+  uint64_t capacity_bytes() const { return capacity_; }
+  uint64_t used_bytes() const;
+  uint64_t allocated_extents() const;
+  bool huge_pages() const { return huge_pages_; }
+  bool CheckConsistency() const;
+
+ private:
+  DramArena(std::byte* base, uint64_t mapped, uint64_t capacity, uint32_t granule, bool huge);
+
+  std::byte* base_;
+  uint64_t mapped_;
+  uint64_t capacity_;
+  bool huge_pages_;
+  mutable std::mutex mu_;
+  ExtentAllocator alloc_;  // guarded by mu_
+};
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// The one interface every client uses (DESIGN §3), whether the store runs
+// in this process or behind a node. A Store is bound to one caller's
+// credentials; the namespace never travels in a request.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "strata/store_types.h"
+
+namespace strata {
+
+class CacheStore;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Result<MatchResult> Match(const MatchRequest& request) = 0;
+  // `request.match` and the buffers must outlive the returned future.
+  virtual FetchFuture Fetch(const FetchRequest& request) = 0;
+  virtual Result<Reservation> Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
+                                      Nanos write_lease_ttl = 0) = 0;
+  virtual Result<PublishResult> Publish(LeaseId write_lease,
+                                        std::span<const uint64_t> checksums) = 0;
+  virtual Result<PublishResult> Commit(const ModelId& model,
+                                       std::span<const CommitPayload> payloads) = 0;
+  virtual Status RenewLease(LeaseId lease, Nanos ttl) = 0;
+  virtual Status Abort(LeaseId lease) = 0;
+};
+
+// `inproc://`: calls straight into a CacheStore shared with its owner.
+std::unique_ptr<Store> OpenInProcessStore(std::shared_ptr<CacheStore> store, Principal caller);
+
+}  // namespace strata

@@ -1,0 +1,180 @@
+// Requests and results of the store contract (DESIGN §3): match, fetch,
+// commit (reserve + publish), abort. Shared by the in-process store and,
+// later, the remote client, so both look the same to a caller.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/chain_key.h"
+#include "strata/clock.h"
+#include "strata/layout.h"
+#include "strata/status.h"
+
+namespace strata {
+
+// Who is calling. Comes from credentials (a bearer token on the wire, the
+// embedding process in-process), never from a request body.
+enum class Role : uint8_t { kRead = 1, kWrite = 2, kAdmin = 3 };  // each includes the ones below
+struct Principal {
+  std::string ns;
+  Role role = Role::kWrite;
+};
+
+enum class Tier : uint8_t { kHbm = 0, kDram = 1, kSsd = 2 };
+std::string_view TierName(Tier tier);
+
+// A read or write lease; 0 means none.
+using LeaseId = uint64_t;
+
+// Limits on one request; larger inputs get INVALID_ARGUMENT.
+constexpr size_t kMaxPromptTokens = 1u << 20;     // 1,048,576 tokens
+constexpr size_t kMaxBlocksPerCall = 4096;        // keys per match/commit
+constexpr uint64_t kMaxPayloadBytes = 64ull << 20;  // one entry
+constexpr uint32_t kMinBlockTokens = 1;
+constexpr uint32_t kMaxBlockTokens = 65536;
+constexpr Nanos kMaxLeaseTtl = Minutes(10);
+
+// ---- match ------------------------------------------------------------------
+
+struct MatchRequest {
+  ModelId model_id;
+  std::string extra;                    // feeds key[0], see chain_key.h
+  std::span<const uint32_t> tokens;     // borrowed for the call
+  std::span<const MultimodalRef> mm;    // sorted by position
+  uint32_t block_tokens = 256;
+  bool want_swa = true;
+  Nanos lease_ttl = 0;  // > 0: take read leases on every hit (and the SWA entry)
+};
+
+struct BlockMatch {
+  ChainKey key;
+  Tier tier = Tier::kDram;
+  uint32_t layout_id = 0;
+  uint64_t payload_bytes = 0;
+};
+
+struct SwaMatch {
+  uint32_t boundary_blocks = 0;  // state after this many blocks
+  BlockMatch entry;
+};
+
+struct MatchResult {
+  ModelId model_id;
+  uint32_t block_tokens = 0;
+  uint32_t prompt_blocks = 0;        // full blocks in the prompt
+  std::vector<BlockMatch> blocks;    // leading run of GLOBAL_KV hits, from block 0
+  ChainKey prefix_key;               // key[blocks.size()]: parent of the first missing block
+  std::optional<SwaMatch> swa;       // deepest boundary <= blocks.size() with SWA state
+  LeaseId lease = 0;                 // read lease over blocks and swa; release with Abort
+  Nanos lease_expiry = 0;
+
+  uint64_t hit_tokens() const { return uint64_t{block_tokens} * blocks.size(); }
+};
+
+// ---- fetch ------------------------------------------------------------------
+
+struct FetchEvent {
+  enum class Type : uint8_t {
+    kGroupReady,     // `group` of `block` arrived and passed its checksum
+    kLayerGroupDone, // `group` is ready in every block of the usable prefix
+    kBlockReady,     // every group of `block` is ready
+    kSwaReady,       // the SWA state is ready
+  };
+  Type type;
+  uint32_t block = 0;
+  uint32_t group = 0;
+};
+
+struct FetchRequest {
+  const MatchResult* match = nullptr;
+  // One buffer per block to fetch (a prefix of match->blocks), each at least
+  // that block's payload_bytes.
+  std::vector<std::span<std::byte>> block_buffers;
+  std::span<std::byte> swa_buffer;  // empty: skip the SWA state
+  // Called as bytes become usable, from the thread doing the transfer.
+  std::function<void(const FetchEvent&)> on_event;
+};
+
+struct FetchOutcome {
+  uint32_t blocks_ready = 0;  // usable prefix: blocks [0, blocks_ready) are verified
+  bool swa_ready = false;
+  uint64_t bytes = 0;
+  Status status;  // first failure that cut the prefix short, OK otherwise
+};
+
+// Completes once; Wait() may be called from any thread, any number of times.
+class FetchFuture {
+ public:
+  FetchFuture() : state_(std::make_shared<State>()) {}
+  static FetchFuture Ready(FetchOutcome outcome);
+
+  const FetchOutcome& Wait() const;
+  bool IsReady() const;
+  void Complete(FetchOutcome outcome);
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    FetchOutcome outcome;
+  };
+  std::shared_ptr<State> state_;
+};
+
+// ---- commit -----------------------------------------------------------------
+
+struct CommitBlock {
+  ChainKey key;
+  StateKind kind = StateKind::kGlobalKv;
+  uint32_t layout_id = 0;
+  uint64_t payload_bytes = 0;
+  // GLOBAL_KV: key of the previous block (key[i] for block i); absent for
+  // block 0. A block is only published when its parent is present, so a
+  // stored descendant always has its ancestors.
+  std::optional<ChainKey> parent;
+};
+
+enum class ReserveState : uint8_t {
+  kReserved,        // write the payload into `buffer`, then publish
+  kAlreadyPresent,  // committed already; nothing to write (idempotent commit)
+  kInFlight,        // another writer holds it; nothing to write
+};
+
+struct ReservedBlock {
+  ReserveState state = ReserveState::kReserved;
+  std::span<std::byte> buffer;  // only for kReserved; valid until publish/abort
+};
+
+struct Reservation {
+  LeaseId write_lease = 0;  // 0 when nothing needed writing
+  Nanos expiry = 0;
+  std::vector<ReservedBlock> blocks;
+};
+
+struct PublishResult {
+  // Per block of the reservation: OK when visible (or already present),
+  // else why it was dropped (CHECKSUM_MISMATCH, INVALID_ARGUMENT, NOT_FOUND
+  // for a missing parent).
+  std::vector<Status> blocks;
+  uint32_t published = 0;
+};
+
+// One block for the single-call Commit: metadata, bytes and their checksum
+// (the entry checksum returned by SealPayload).
+struct CommitPayload {
+  CommitBlock block;
+  std::span<const std::byte> bytes;
+  uint64_t checksum = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,1192 @@
+// CacheStore implementation.
+//
+// Locking, in the only order locks are ever nested:
+//   structure_mu  ->  one shard's mutex  ->  leaf locks (arena, lease table,
+//                                            layout and namespace tables)
+//  - structure_mu guards everything that changes what exists: inserting and
+//    erasing index entries, the eviction policy, the prefix tree, TTL queues
+//    and the entry pool. Writers (reserve, publish, evict, delete) hold it.
+//  - Each shard's shared_mutex guards its map. Readers (match, fetch) take
+//    it shared, one shard at a time, and never hold structure_mu while
+//    hashing or copying; so lookups of many clients run in parallel.
+//  - A reader pins what it found (Entry::leases or ::readers) while holding
+//    the shard lock; an eviction re-checks those counters under the same
+//    shard lock held exclusively, so a pinned entry is never taken away.
+//  - Entries are recycled, never freed, while the store lives (EntryPool):
+//    a reader that lets go of a pin re-checks the generation under
+//    structure_mu before acting on the entry.
+#include "strata/cache_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "entry.h"
+#include "eviction_policy.h"
+#include "lease_table.h"
+
+namespace strata {
+namespace {
+
+constexpr size_t kMaxVictimScan = 4096;
+// How many boundaries below the hit run match looks for SWA state. Bounded
+// replay makes a far-back state worth little next to replaying W tokens.
+constexpr uint32_t kSwaSearchBoundaries = 16;
+
+bool RoleAllows(const Principal& p, Role needed) {
+  return static_cast<uint8_t>(p.role) >= static_cast<uint8_t>(needed);
+}
+
+Status CheckCaller(const Principal& p, Role needed) {
+  STRATA_RETURN_IF_ERROR(ValidateNamespace(p.ns));
+  if (!RoleAllows(p, needed)) {
+    return PermissionDenied("caller in namespace '" + p.ns + "' lacks the required role");
+  }
+  return Status::Ok();
+}
+
+double SecondsSince(const Clock& clock, Nanos start) {
+  return static_cast<double>(clock.Now() - start) / kNanosPerSecond;
+}
+
+}  // namespace
+
+std::string_view EvictReasonName(EvictReason reason) {
+  switch (reason) {
+    case EvictReason::kCapacity: return "capacity";
+    case EvictReason::kWatermark: return "watermark";
+    case EvictReason::kTtl: return "ttl";
+    case EvictReason::kExplicit: return "explicit";
+    case EvictReason::kChecksum: return "checksum";
+    case EvictReason::kCount: break;
+  }
+  return "unknown";
+}
+
+struct CacheStore::Impl {
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mu;
+    std::unordered_map<EntryKey, Entry*, EntryKeyHash> map;
+  };
+  struct Metrics {
+    Counter* match_requests;
+    Counter* match_tokens;
+    Counter* hit_tokens;
+    Counter* hit_bytes;
+    Histogram* lookup_seconds;
+    Counter* fetch_bytes;
+    Histogram* fetch_seconds;
+    Histogram* first_group_seconds;
+    Counter* commit_bytes;
+    Counter* commit_entries;
+    Counter* evictions[static_cast<size_t>(EvictReason::kCount)];
+    Counter* checksum_failures;
+    Counter* leases_expired_read;
+    Counter* leases_expired_write;
+    Gauge* leases_live_read;
+    Gauge* leases_live_write;
+    Gauge* used_bytes;
+    Gauge* capacity_bytes;
+    Gauge* entries_global;
+    Gauge* entries_swa;
+  };
+
+  CacheStoreOptions opts;
+  const Clock* clock = nullptr;
+  std::unique_ptr<MetricsRegistry> owned_metrics;
+  MetricsRegistry* registry = nullptr;
+  Metrics m{};
+  std::unique_ptr<DramArena> arena;
+
+  mutable std::mutex structure_mu;
+  std::unique_ptr<EvictionPolicy> policy;  // structure_mu
+  EntryPool pool;                          // structure_mu
+  Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, commit order
+  Entry* ttl_tail[2] = {nullptr, nullptr};
+  uint64_t reserved_entries = 0;  // structure_mu
+  uint64_t deleting_entries = 0;  // structure_mu
+  std::atomic<uint64_t> payload_bytes{0};
+  std::atomic<uint64_t> evictions[static_cast<size_t>(EvictReason::kCount)] = {};
+
+  std::unique_ptr<Shard[]> shards;
+  uint32_t shard_mask = 0;
+  LeaseTable leases;
+
+  mutable std::shared_mutex layouts_mu;
+  std::unordered_map<uint32_t, Layout> layouts;  // never erased: pointers stay valid
+
+  mutable std::shared_mutex ns_mu;
+  std::unordered_map<std::string, uint32_t> ns_ids;
+  std::vector<std::string> ns_names;
+
+  std::thread maintenance;
+  std::mutex maintenance_mu;
+  std::condition_variable maintenance_cv;
+  bool stopping = false;
+
+  // ---- small lookups ------------------------------------------------------
+
+  Shard& ShardFor(const EntryKey& k) const {
+    return shards[EntryKeyHash{}(k) & shard_mask];
+  }
+
+  const Layout* FindLayout(uint32_t id) const {
+    std::shared_lock lock(layouts_mu);
+    auto it = layouts.find(id);
+    return it == layouts.end() ? nullptr : &it->second;
+  }
+
+  std::optional<uint32_t> FindNamespace(const std::string& ns) const {
+    std::shared_lock lock(ns_mu);
+    auto it = ns_ids.find(ns);
+    if (it == ns_ids.end()) return std::nullopt;
+    return it->second;
+  }
+
+  uint32_t InternNamespace(const std::string& ns) {
+    if (auto id = FindNamespace(ns)) return *id;
+    std::unique_lock lock(ns_mu);
+    auto [it, inserted] = ns_ids.emplace(ns, static_cast<uint32_t>(ns_names.size()));
+    if (inserted) ns_names.push_back(ns);
+    return it->second;
+  }
+
+  std::string NamespaceName(uint32_t id) const {
+    std::shared_lock lock(ns_mu);
+    return id < ns_names.size() ? ns_names[id] : std::string();
+  }
+
+  Nanos TtlFor(StateKind kind) const {
+    return kind == StateKind::kGlobalKv ? opts.global_kv_ttl : opts.swa_ttl;
+  }
+
+  // A committed, unexpired entry under `k`, or nullptr. Caller holds the
+  // shard lock.
+  Entry* FindVisibleLocked(const Shard& shard, const EntryKey& k, Nanos now) const {
+    auto it = shard.map.find(k);
+    if (it == shard.map.end()) return nullptr;
+    Entry* e = it->second;
+    if (e->state.load() != EntryState::kCommitted || e->expiry <= now) return nullptr;
+    return e;
+  }
+
+  // ---- structure changes (structure_mu held) --------------------------------
+
+  void TtlUnlink(Entry* e) {
+    if (!e->in_ttl) return;
+    const int q = static_cast<int>(e->key.kind) - 1;
+    (e->ttl_prev ? e->ttl_prev->ttl_next : ttl_head[q]) = e->ttl_next;
+    (e->ttl_next ? e->ttl_next->ttl_prev : ttl_tail[q]) = e->ttl_prev;
+    e->ttl_prev = e->ttl_next = nullptr;
+    e->in_ttl = false;
+  }
+
+  void TtlAppend(Entry* e) {
+    const int q = static_cast<int>(e->key.kind) - 1;
+    e->ttl_prev = ttl_tail[q];
+    e->ttl_next = nullptr;
+    (ttl_tail[q] ? ttl_tail[q]->ttl_next : ttl_head[q]) = e;
+    ttl_tail[q] = e;
+    e->in_ttl = true;
+  }
+
+  void TreeLink(Entry* child, Entry* parent) {
+    child->parent = parent;
+    child->prev_sibling = nullptr;
+    child->next_sibling = parent->first_child;
+    if (parent->first_child) parent->first_child->prev_sibling = child;
+    parent->first_child = child;
+  }
+
+  void TreeUnlink(Entry* e) {
+    if (e->parent == nullptr) return;
+    (e->prev_sibling ? e->prev_sibling->next_sibling : e->parent->first_child) = e->next_sibling;
+    if (e->next_sibling) e->next_sibling->prev_sibling = e->prev_sibling;
+    e->parent = e->prev_sibling = e->next_sibling = nullptr;
+  }
+
+  void CountEntry(const Entry* e, int delta) {
+    (e->key.kind == StateKind::kGlobalKv ? m.entries_global : m.entries_swa)->Add(delta);
+  }
+
+  // Removes an entry with no pins from every structure and frees its bytes.
+  void EraseLocked(Entry* e) {
+    const EntryState state = e->state.load();
+    {
+      Shard& shard = ShardFor(e->key);
+      std::unique_lock lock(shard.mu);
+      shard.map.erase(e->key);
+    }
+    if (state == EntryState::kCommitted) CountEntry(e, -1);
+    if (state == EntryState::kReserved) --reserved_entries;
+    if (state == EntryState::kDeleting) --deleting_entries;
+    policy->OnErase(e);
+    TtlUnlink(e);
+    TreeUnlink(e);
+    payload_bytes.fetch_sub(e->payload_bytes);
+    arena->Free(e->extent);
+    m.used_bytes->Set(static_cast<int64_t>(arena->used_bytes()));
+    pool.Release(e);
+  }
+
+  // Deletes `e` and its descendants; pinned ones become kDeleting and go
+  // when their last pin does. Returns how many were removed or marked.
+  uint64_t DeleteSubtreeLocked(Entry* e, EvictReason reason) {
+    uint64_t n = 0;
+    while (e->first_child != nullptr) n += DeleteSubtreeLocked(e->first_child, reason);
+    TreeUnlink(e);
+    policy->OnErase(e);
+    TtlUnlink(e);
+    evictions[static_cast<size_t>(reason)].fetch_add(1);
+    m.evictions[static_cast<size_t>(reason)]->Increment();
+    {
+      Shard& shard = ShardFor(e->key);
+      std::unique_lock lock(shard.mu);
+      if (e->leases.load() != 0 || e->readers.load() != 0) {
+        if (e->state.load() == EntryState::kCommitted) {
+          e->state.store(EntryState::kDeleting);
+          CountEntry(e, -1);
+          ++deleting_entries;
+        }
+        return n + 1;
+      }
+    }
+    EraseLocked(e);
+    return n + 1;
+  }
+
+  bool EvictableLocked(const Entry& e, Nanos now) const {
+    return e.state.load() == EntryState::kCommitted && e.leases.load() == 0 &&
+           e.readers.load() == 0 && e.first_child == nullptr && e.pinned_until.load() <= now;
+  }
+
+  // Evicts one victim; false when nothing may go.
+  bool EvictOneLocked(EvictReason reason, Nanos now) {
+    Entry* victim = policy->PickVictim(
+        [&](const Entry& e) { return EvictableLocked(e, now); }, kMaxVictimScan);
+    if (victim == nullptr) return false;
+    {
+      // Re-check under the shard lock: a reader may have pinned it since.
+      Shard& shard = ShardFor(victim->key);
+      std::unique_lock lock(shard.mu);
+      if (victim->leases.load() != 0 || victim->readers.load() != 0) {
+        policy->OnAccess(victim);
+        return true;  // not evicted, but progress: try the next one
+      }
+    }
+    evictions[static_cast<size_t>(reason)].fetch_add(1);
+    m.evictions[static_cast<size_t>(reason)]->Increment();
+    EraseLocked(victim);
+    return true;
+  }
+
+  uint64_t EvictToWatermarkLocked(Nanos now) {
+    const uint64_t cap = arena->capacity_bytes();
+    if (arena->used_bytes() <= static_cast<uint64_t>(opts.high_watermark * cap)) return 0;
+    const uint64_t target = static_cast<uint64_t>(opts.low_watermark * cap);
+    uint64_t n = 0;
+    while (arena->used_bytes() > target && EvictOneLocked(EvictReason::kWatermark, now)) ++n;
+    return n;
+  }
+
+  std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now) {
+    for (size_t attempt = 0; attempt < kMaxVictimScan; ++attempt) {
+      if (auto extent = arena->Allocate(bytes)) return extent;
+      if (!EvictOneLocked(EvictReason::kCapacity, now)) break;
+    }
+    return std::nullopt;
+  }
+
+  // ---- pins ---------------------------------------------------------------
+
+  // Called after dropping a lease or reader pin: finishes a deferred delete.
+  void MaybeReclaim(const EntryRef& ref) {
+    Entry* e = ref.entry;
+    if (e->state.load() != EntryState::kDeleting) return;
+    std::lock_guard lock(structure_mu);
+    if (e->generation != ref.generation || e->state.load() != EntryState::kDeleting) return;
+    {
+      Shard& shard = ShardFor(e->key);
+      std::unique_lock slock(shard.mu);
+      if (e->leases.load() != 0 || e->readers.load() != 0) return;
+    }
+    EraseLocked(e);
+  }
+
+  void Unpin(const EntryRef& ref, bool lease) {
+    (lease ? ref.entry->leases : ref.entry->readers).fetch_sub(1);
+    MaybeReclaim(ref);
+  }
+
+  void EndLease(LeaseRecord& rec, bool expired) {
+    if (rec.write) {
+      m.leases_live_write->Add(-1);
+      if (expired) m.leases_expired_write->Increment();
+      std::lock_guard lock(structure_mu);
+      for (const EntryRef& ref : rec.entries) {
+        if (ref.entry->generation == ref.generation &&
+            ref.entry->state.load() == EntryState::kReserved) {
+          EraseLocked(ref.entry);
+        }
+      }
+      return;
+    }
+    m.leases_live_read->Add(-1);
+    if (expired) m.leases_expired_read->Increment();
+    for (const EntryRef& ref : rec.entries) Unpin(ref, /*lease=*/true);
+  }
+
+  Status ValidateCommitBlock(const CommitBlock& b, const Layout** layout_out) const {
+    const Layout* layout = FindLayout(b.layout_id);
+    if (layout == nullptr) {
+      return InvalidArgument("unknown layout id " + std::to_string(b.layout_id));
+    }
+    if (layout->kind != b.kind) {
+      return InvalidArgument("layout " + std::to_string(b.layout_id) + " is for " +
+                             std::string(StateKindName(layout->kind)) + ", block is " +
+                             std::string(StateKindName(b.kind)));
+    }
+    if (b.payload_bytes == 0 || b.payload_bytes > kMaxPayloadBytes ||
+        b.payload_bytes != layout->PayloadBytes()) {
+      return InvalidArgument("payload of " + std::to_string(b.payload_bytes) + " bytes; layout " +
+                             std::to_string(layout->id) + " needs " +
+                             std::to_string(layout->PayloadBytes()));
+    }
+    if (b.kind == StateKind::kSwaState && b.parent.has_value()) {
+      return InvalidArgument("SWA_STATE entries have no parent");
+    }
+    *layout_out = layout;
+    return Status::Ok();
+  }
+
+  void MaintenanceLoop() {
+    std::unique_lock lock(maintenance_mu);
+    while (!stopping) {
+      maintenance_cv.wait_for(lock, std::chrono::nanoseconds(opts.maintenance_interval));
+      if (stopping) break;
+      lock.unlock();
+      RunMaintenance();
+      lock.lock();
+    }
+  }
+
+  MaintenanceReport RunMaintenance() {
+    MaintenanceReport report;
+    const Nanos now = clock->Now();
+    for (LeaseRecord& rec : leases.TakeExpired(now)) {
+      (rec.write ? report.expired_write_leases : report.expired_read_leases)++;
+      EndLease(rec, /*expired=*/true);
+    }
+    std::lock_guard lock(structure_mu);
+    for (int q = 0; q < 2; ++q) {
+      while (ttl_head[q] != nullptr && ttl_head[q]->expiry <= now) {
+        report.ttl_expired += DeleteSubtreeLocked(ttl_head[q], EvictReason::kTtl);
+      }
+    }
+    report.evicted = EvictToWatermarkLocked(now);
+    return report;
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+CacheStore::CacheStore(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), clock_(impl_->clock), metrics_(impl_->registry) {}
+
+Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) {
+  if (!(options.low_watermark > 0 && options.low_watermark <= options.high_watermark &&
+        options.high_watermark <= 1.0)) {
+    return InvalidArgument("watermarks need 0 < low <= high <= 1");
+  }
+  if (options.index_shards == 0 || (options.index_shards & (options.index_shards - 1)) != 0) {
+    return InvalidArgument("index_shards must be a power of two");
+  }
+  if (options.global_kv_ttl <= 0 || options.swa_ttl <= 0) {
+    return InvalidArgument("TTLs must be positive");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->opts = options;
+  impl->clock = options.clock ? options.clock : SteadyClock::Default();
+  if (options.metrics == nullptr) {
+    impl->owned_metrics = std::make_unique<MetricsRegistry>();
+    impl->registry = impl->owned_metrics.get();
+  } else {
+    impl->registry = options.metrics;
+  }
+  auto policy = MakeEvictionPolicy(options.eviction_policy);
+  if (!policy.ok()) return policy.status();
+  impl->policy = std::move(policy).value();
+  auto arena = DramArena::Create(options.dram);
+  if (!arena.ok()) return arena.status();
+  impl->arena = std::move(arena).value();
+  impl->shards = std::make_unique<Impl::Shard[]>(options.index_shards);
+  impl->shard_mask = options.index_shards - 1;
+
+  MetricsRegistry& r = *impl->registry;
+  Impl::Metrics& m = impl->m;
+  const auto latency = MetricsRegistry::ExponentialBuckets(1e-6, 2, 24);
+  const MetricLabels dram{{"tier", "dram"}};
+  m.match_requests = r.GetCounter("strata_match_requests_total", "Match calls.");
+  m.match_tokens = r.GetCounter("strata_match_prompt_tokens_total", "Prompt tokens matched.");
+  m.hit_tokens = r.GetCounter("strata_hit_tokens_total", "Prompt tokens found cached.");
+  m.hit_bytes = r.GetCounter("strata_hit_bytes_total", "Payload bytes of cached hits.");
+  m.lookup_seconds = r.GetHistogram("strata_lookup_latency_seconds",
+                                    "Match latency, hashing included.", latency);
+  m.fetch_bytes = r.GetCounter("strata_fetch_bytes_total", "Verified bytes fetched.");
+  m.fetch_seconds = r.GetHistogram("strata_fetch_latency_seconds", "Fetch latency.", latency);
+  m.first_group_seconds = r.GetHistogram("strata_fetch_first_layer_ready_seconds",
+                                         "Time until layer group 0 is usable.", latency);
+  m.commit_bytes = r.GetCounter("strata_commit_bytes_total", "Payload bytes published.");
+  m.commit_entries = r.GetCounter("strata_commit_entries_total", "Entries published.");
+  for (size_t i = 0; i < static_cast<size_t>(EvictReason::kCount); ++i) {
+    m.evictions[i] = r.GetCounter(
+        "strata_evictions_total", "Entries removed, by reason.",
+        {{"tier", "dram"}, {"reason", std::string(EvictReasonName(EvictReason(i)))}});
+  }
+  m.checksum_failures =
+      r.GetCounter("strata_checksum_failures_total", "Payloads that failed verification.");
+  m.leases_expired_read = r.GetCounter("strata_leases_expired_total", "Leases that timed out.",
+                                       {{"type", "read"}});
+  m.leases_expired_write = r.GetCounter("strata_leases_expired_total", "Leases that timed out.",
+                                        {{"type", "write"}});
+  m.leases_live_read = r.GetGauge("strata_leases_live", "Live leases.", {{"type", "read"}});
+  m.leases_live_write = r.GetGauge("strata_leases_live", "Live leases.", {{"type", "write"}});
+  m.used_bytes = r.GetGauge("strata_tier_used_bytes", "Bytes allocated in the tier.", dram);
+  m.capacity_bytes = r.GetGauge("strata_tier_capacity_bytes", "Tier capacity.", dram);
+  m.entries_global =
+      r.GetGauge("strata_entries", "Committed entries.", {{"tier", "dram"}, {"kind", "global_kv"}});
+  m.entries_swa =
+      r.GetGauge("strata_entries", "Committed entries.", {{"tier", "dram"}, {"kind", "swa_state"}});
+  m.capacity_bytes->Set(static_cast<int64_t>(impl->arena->capacity_bytes()));
+
+  std::vector<Layout> layouts = {MakeGlobalKvLayout(kV41GlobalKvLayoutId),
+                                 MakeSwaLayout(kV41SwaLayoutId)};
+  layouts.insert(layouts.end(), options.extra_layouts.begin(), options.extra_layouts.end());
+  std::unique_ptr<CacheStore> store(new CacheStore(std::move(impl)));
+  for (const Layout& l : layouts) STRATA_RETURN_IF_ERROR(store->RegisterLayout(l));
+  if (options.maintenance_interval > 0) {
+    Impl* p = store->impl_.get();
+    p->maintenance = std::thread([p] { p->MaintenanceLoop(); });
+  }
+  return store;
+}
+
+CacheStore::~CacheStore() {
+  {
+    std::lock_guard lock(impl_->maintenance_mu);
+    impl_->stopping = true;
+  }
+  impl_->maintenance_cv.notify_all();
+  if (impl_->maintenance.joinable()) impl_->maintenance.join();
+  // No call may be in flight now; end every lease so nothing stays pinned,
+  // then the arena and pool go with impl_.
+  for (LeaseRecord& rec : impl_->leases.TakeAll()) impl_->EndLease(rec, /*expired=*/false);
+}
+
+Status CacheStore::RegisterLayout(const Layout& layout) {
+  STRATA_RETURN_IF_ERROR(layout.Validate());
+  if (layout.PayloadBytes() > kMaxPayloadBytes) {
+    return InvalidArgument("layout " + std::to_string(layout.id) + " exceeds the payload limit");
+  }
+  std::unique_lock lock(impl_->layouts_mu);
+  auto [it, inserted] = impl_->layouts.emplace(layout.id, layout);
+  if (!inserted) {
+    const Layout& old = it->second;
+    bool same = old.kind == layout.kind && old.block_tokens == layout.block_tokens &&
+                old.groups.size() == layout.groups.size();
+    for (size_t g = 0; same && g < old.groups.size(); ++g) {
+      same = old.groups[g].bytes == layout.groups[g].bytes;
+    }
+    if (!same) return AlreadyExists("layout id " + std::to_string(layout.id) + " is taken");
+  }
+  return Status::Ok();
+}
+
+// ---- match ------------------------------------------------------------------
+
+Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchRequest& req) {
+  Impl& s = *impl_;
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
+  if (req.tokens.size() > kMaxPromptTokens) {
+    return InvalidArgument("prompt of " + std::to_string(req.tokens.size()) +
+                           " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
+  }
+  if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
+    return InvalidArgument("block_tokens must be in 1.." + std::to_string(kMaxBlockTokens));
+  }
+  if (req.lease_ttl < 0 || req.lease_ttl > kMaxLeaseTtl) {
+    return InvalidArgument("lease ttl outside 0.." + std::to_string(kMaxLeaseTtl) + " ns");
+  }
+  if (req.tokens.size() / req.block_tokens > kMaxBlocksPerCall) {
+    return InvalidArgument("prompt spans more than " + std::to_string(kMaxBlocksPerCall) +
+                           " blocks");
+  }
+  const Nanos start = s.clock->Now();
+  MatchResult result;
+  result.model_id = req.model_id;
+  result.block_tokens = req.block_tokens;
+  result.prompt_blocks = static_cast<uint32_t>(req.tokens.size() / req.block_tokens);
+  const ChainRoot root{caller.ns, req.model_id, req.extra};
+  STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
+  result.prefix_key = ChainKeys::Root(root);
+  s.m.match_requests->Increment();
+  s.m.match_tokens->Increment(req.tokens.size());
+
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  const bool lease = req.lease_ttl > 0;
+  std::vector<EntryRef> hits;
+  if (ns.has_value()) {
+    hits.reserve(result.prompt_blocks);
+    result.blocks.reserve(result.prompt_blocks);
+    // Hash block by block and stop at the first miss: the rest of the
+    // prompt cannot hit and need not be hashed.
+    auto keys = ChainKeys::ForPrompt(
+        root, req.tokens, req.block_tokens, req.mm, [&](size_t, const ChainKey& key) {
+          const EntryKey k{*ns, StateKind::kGlobalKv, key};
+          Impl::Shard& shard = s.ShardFor(k);
+          std::shared_lock lock(shard.mu);
+          Entry* e = s.FindVisibleLocked(shard, k, start);
+          if (e == nullptr) return false;
+          if (lease) e->leases.fetch_add(1);
+          e->hits.fetch_add(1, std::memory_order_relaxed);
+          hits.push_back({e, e->generation});
+          result.blocks.push_back({key, Tier::kDram, e->layout_id, e->payload_bytes});
+          return true;
+        });
+    if (!keys.ok()) {
+      for (const EntryRef& ref : hits) {
+        if (lease) s.Unpin(ref, /*lease=*/true);
+      }
+      return keys.status();
+    }
+    if (!result.blocks.empty()) result.prefix_key = result.blocks.back().key;
+
+    if (req.want_swa) {
+      const uint32_t hit = static_cast<uint32_t>(result.blocks.size());
+      const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
+      for (uint32_t b = hit; b >= lowest && b > 0; --b) {
+        const EntryKey k{*ns, StateKind::kSwaState, result.blocks[b - 1].key};
+        Impl::Shard& shard = s.ShardFor(k);
+        std::shared_lock lock(shard.mu);
+        Entry* e = s.FindVisibleLocked(shard, k, start);
+        if (e == nullptr) continue;
+        if (lease) e->leases.fetch_add(1);
+        e->hits.fetch_add(1, std::memory_order_relaxed);
+        hits.push_back({e, e->generation});
+        result.swa = SwaMatch{b, {k.chain, Tier::kDram, e->layout_id, e->payload_bytes}};
+        break;
+      }
+    }
+  }
+
+  if (!hits.empty()) {
+    // Touch root-last so ancestors stay younger than descendants (the SWA
+    // entry, if any, is last in `hits` and touched first).
+    std::lock_guard lock(s.structure_mu);
+    for (auto it = hits.rbegin(); it != hits.rend(); ++it) {
+      if (it->entry->generation == it->generation && it->entry->in_policy) {
+        s.policy->OnAccess(it->entry);
+      }
+    }
+  }
+  if (lease && !hits.empty()) {
+    LeaseRecord rec;
+    rec.ns = *ns;
+    rec.expiry = start + req.lease_ttl;
+    rec.entries = hits;
+    result.lease = s.leases.Grant(std::move(rec));
+    result.lease_expiry = start + req.lease_ttl;
+    s.m.leases_live_read->Add(1);
+  }
+  uint64_t hit_bytes = 0;
+  for (const BlockMatch& b : result.blocks) hit_bytes += b.payload_bytes;
+  s.m.hit_tokens->Increment(result.hit_tokens());
+  s.m.hit_bytes->Increment(hit_bytes);
+  s.m.lookup_seconds->Observe(SecondsSince(*s.clock, start));
+  return result;
+}
+
+// ---- fetch ------------------------------------------------------------------
+
+FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) {
+  Impl& s = *impl_;
+  FetchOutcome out;
+  auto fail = [&](Status st) {
+    out.status = std::move(st);
+    return FetchFuture::Ready(std::move(out));
+  };
+  if (Status st = CheckCaller(caller, Role::kRead); !st.ok()) return fail(st);
+  if (req.match == nullptr) return fail(InvalidArgument("fetch needs a match result"));
+  const MatchResult& match = *req.match;
+  const size_t n = req.block_buffers.size();
+  if (n > match.blocks.size()) {
+    return fail(InvalidArgument("fetch of " + std::to_string(n) + " blocks, match has " +
+                                std::to_string(match.blocks.size())));
+  }
+  for (size_t b = 0; b < n; ++b) {
+    if (req.block_buffers[b].size() < match.blocks[b].payload_bytes) {
+      return fail(InvalidArgument("buffer for block " + std::to_string(b) + " is too small"));
+    }
+  }
+  const bool want_swa = !req.swa_buffer.empty() && match.swa.has_value();
+  if (want_swa && req.swa_buffer.size() < match.swa->entry.payload_bytes) {
+    return fail(InvalidArgument("SWA buffer is too small"));
+  }
+  if (n == 0 && !want_swa) return FetchFuture::Ready(std::move(out));  // nothing asked for
+  const Nanos start = s.clock->Now();
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value()) return fail(NotFound("nothing stored for namespace '" + caller.ns + "'"));
+
+  // 1. Pin what we will read: through the lease, or by looking keys up.
+  std::vector<EntryRef> pinned;  // blocks first, then the SWA entry
+  pinned.reserve(n + 1);
+  EntryRef swa_ref;
+  Status pin_status;
+  if (match.lease != 0) {
+    pin_status = s.leases.WithLive(*ns, match.lease, start, [&](const LeaseRecord& rec) {
+      for (const EntryRef& ref : rec.entries) {
+        const Entry* e = ref.entry;
+        const bool is_swa = e->key.kind == StateKind::kSwaState;
+        if (is_swa ? !want_swa : pinned.size() >= n) continue;
+        ref.entry->readers.fetch_add(1);
+        (is_swa ? swa_ref : pinned.emplace_back()) = ref;
+      }
+    });
+    if (!pin_status.ok()) return fail(pin_status);
+  } else {
+    auto pin = [&](StateKind kind, const ChainKey& key) -> EntryRef {
+      const EntryKey k{*ns, kind, key};
+      Impl::Shard& shard = s.ShardFor(k);
+      std::shared_lock lock(shard.mu);
+      Entry* e = s.FindVisibleLocked(shard, k, start);
+      if (e == nullptr) return {};
+      e->readers.fetch_add(1);
+      return {e, e->generation};
+    };
+    for (size_t b = 0; b < n; ++b) {
+      EntryRef ref = pin(StateKind::kGlobalKv, match.blocks[b].key);
+      if (ref.entry == nullptr) {
+        pin_status = NotFound("block " + std::to_string(b) + " is no longer stored");
+        break;
+      }
+      pinned.push_back(ref);
+    }
+    if (want_swa) swa_ref = pin(StateKind::kSwaState, match.swa->entry.key);
+  }
+
+  // 2. Headers: each must hash to its entry checksum and match its layout.
+  uint32_t usable = static_cast<uint32_t>(pinned.size());
+  Status status = pin_status;
+  std::vector<Entry*> corrupt;
+  std::vector<PayloadHeader> headers(pinned.size());
+  auto cut = [&](uint32_t b, Status why) {
+    if (b < usable) {
+      usable = b;
+      status = std::move(why);
+    }
+  };
+  for (uint32_t b = 0; b < usable; ++b) {
+    Entry* e = pinned[b].entry;
+    const Layout* layout = s.FindLayout(e->layout_id);
+    const std::span<const std::byte> src = s.arena->Bytes(e->extent, e->payload_bytes);
+    const uint32_t hb = layout->HeaderBytes();
+    std::byte* dst = req.block_buffers[b].data();
+    Result<PayloadHeader> header = InvalidArgument("unverified");
+    if (CopyAndChecksum(dst, src.data(), hb) == e->checksum) {
+      header = ParsePayloadHeader({dst, e->payload_bytes});
+    }
+    Status st = header.ok() ? CheckHeaderMatchesLayout(*header, *layout)
+                            : ChecksumMismatch("block " + std::to_string(b) +
+                                               ": header fails the entry checksum");
+    if (!st.ok()) {
+      corrupt.push_back(e);
+      cut(b, st);
+      break;
+    }
+    headers[b] = std::move(header).value();
+    out.bytes += hb;
+  }
+
+  // 3. Bodies, layer group by layer group across blocks, so layer group 0
+  // of the whole prefix is usable before group 1 starts.
+  size_t max_groups = 0;
+  for (uint32_t b = 0; b < usable; ++b) max_groups = std::max(max_groups, headers[b].groups.size());
+  for (size_t g = 0; g < max_groups && usable > 0; ++g) {
+    for (uint32_t b = 0; b < usable; ++b) {
+      if (g >= headers[b].groups.size()) continue;
+      const GroupExtent& ge = headers[b].groups[g];
+      Entry* e = pinned[b].entry;
+      const std::byte* src = s.arena->Bytes(e->extent, e->payload_bytes).data();
+      if (CopyAndChecksum(req.block_buffers[b].data() + ge.offset, src + ge.offset, ge.length) !=
+          ge.checksum) {
+        corrupt.push_back(e);
+        cut(b, ChecksumMismatch("block " + std::to_string(b) + ", layer group " +
+                                std::to_string(g) + " fails its checksum"));
+        break;
+      }
+      out.bytes += ge.length;
+      if (req.on_event) req.on_event({FetchEvent::Type::kGroupReady, b, uint32_t(g)});
+    }
+    if (g == 0) s.m.first_group_seconds->Observe(SecondsSince(*s.clock, start));
+    if (req.on_event && usable > 0) {
+      req.on_event({FetchEvent::Type::kLayerGroupDone, usable, uint32_t(g)});
+    }
+  }
+  out.blocks_ready = usable;
+  if (req.on_event) {
+    for (uint32_t b = 0; b < usable; ++b) req.on_event({FetchEvent::Type::kBlockReady, b, 0});
+  }
+
+  // 4. The SWA state, when the prefix it belongs to arrived whole.
+  // The SWA state is useless past a prefix that a failure cut short.
+  const bool prefix_intact = usable == n || usable >= (want_swa ? match.swa->boundary_blocks : 0);
+  if (swa_ref.entry != nullptr && prefix_intact) {
+    Entry* e = swa_ref.entry;
+    const Layout* layout = s.FindLayout(e->layout_id);
+    std::memcpy(req.swa_buffer.data(), s.arena->Bytes(e->extent, e->payload_bytes).data(),
+                e->payload_bytes);
+    Status st = VerifyPayload(*layout, req.swa_buffer.first(e->payload_bytes), e->checksum);
+    if (st.ok()) {
+      out.swa_ready = true;
+      out.bytes += e->payload_bytes;
+      if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
+    } else {
+      corrupt.push_back(e);
+      if (status.ok()) status = st;
+    }
+  } else if (want_swa && status.ok()) {
+    status = NotFound("SWA state is no longer stored");
+  }
+
+  // 5. Let go, and drop whatever failed verification: never serve it again.
+  std::vector<EntryRef> refs_to_drop;
+  for (Entry* e : corrupt) {
+    for (const EntryRef& ref : pinned) {
+      if (ref.entry == e) refs_to_drop.push_back(ref);
+    }
+    if (swa_ref.entry == e) refs_to_drop.push_back(swa_ref);
+  }
+  if (!refs_to_drop.empty()) {
+    s.m.checksum_failures->Increment(refs_to_drop.size());
+    std::lock_guard lock(s.structure_mu);
+    for (const EntryRef& ref : refs_to_drop) {
+      Entry* e = ref.entry;
+      if (e->generation == ref.generation && e->state.load() == EntryState::kCommitted) {
+        s.DeleteSubtreeLocked(e, EvictReason::kChecksum);
+      }
+    }
+  }
+  for (const EntryRef& ref : pinned) s.Unpin(ref, /*lease=*/false);
+  if (swa_ref.entry != nullptr) s.Unpin(swa_ref, /*lease=*/false);
+
+  out.status = status;
+  s.m.fetch_bytes->Increment(out.bytes);
+  s.m.fetch_seconds->Observe(SecondsSince(*s.clock, start));
+  return FetchFuture::Ready(std::move(out));
+}
+
+// ---- commit -----------------------------------------------------------------
+
+Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& model,
+                                        std::span<const CommitBlock> blocks, Nanos ttl) {
+  Impl& s = *impl_;
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kWrite));
+  if (blocks.empty() || blocks.size() > kMaxBlocksPerCall) {
+    return InvalidArgument("commit needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
+  }
+  if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("write lease ttl out of range");
+  if (ttl == 0) ttl = s.opts.default_write_lease_ttl;
+  std::vector<const Layout*> layouts(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Status st = s.ValidateCommitBlock(blocks[i], &layouts[i]);
+    if (!st.ok()) return Status(st.code(), "block " + std::to_string(i) + ": " + st.message());
+  }
+  const uint32_t ns = s.InternNamespace(caller.ns);
+  const Nanos now = s.clock->Now();
+
+  Reservation out;
+  out.blocks.resize(blocks.size());
+  LeaseRecord rec;
+  rec.ns = ns;
+  rec.write = true;
+  rec.expiry = now + ttl;
+  rec.batch_size = static_cast<uint32_t>(blocks.size());
+  {
+    std::lock_guard lock(s.structure_mu);
+    auto undo = [&] {
+      for (const EntryRef& ref : rec.entries) s.EraseLocked(ref.entry);
+    };
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const CommitBlock& b = blocks[i];
+      const EntryKey k{ns, b.kind, b.key};
+      Impl::Shard& shard = s.ShardFor(k);
+      Entry* existing = nullptr;
+      {
+        std::shared_lock slock(shard.mu);
+        auto it = shard.map.find(k);
+        if (it != shard.map.end()) existing = it->second;
+      }
+      if (existing != nullptr) {
+        const EntryState st = existing->state.load();
+        if (st == EntryState::kCommitted && existing->expiry > now) {
+          out.blocks[i].state = ReserveState::kAlreadyPresent;
+          continue;
+        }
+        if (st == EntryState::kCommitted) {
+          s.DeleteSubtreeLocked(existing, EvictReason::kTtl);  // expired: make room
+        }
+        bool still_there;
+        {
+          std::shared_lock slock(shard.mu);
+          still_there = shard.map.count(k) != 0;
+        }
+        if (still_there) {
+          out.blocks[i].state = ReserveState::kInFlight;
+          continue;
+        }
+      }
+      std::optional<Extent> extent = s.AllocateLocked(b.payload_bytes, now);
+      if (!extent.has_value()) {
+        undo();
+        return ResourceExhausted("no room for " + std::to_string(b.payload_bytes) +
+                                 " bytes in the DRAM tier (all remaining entries are pinned, "
+                                 "leased or in use)");
+      }
+      Entry* e = s.pool.Acquire();
+      e->key = k;
+      e->model_id = model;
+      e->layout_id = b.layout_id;
+      e->payload_bytes = b.payload_bytes;
+      e->extent = *extent;
+      e->state.store(EntryState::kReserved);
+      {
+        std::unique_lock slock(shard.mu);
+        shard.map.emplace(k, e);
+      }
+      ++s.reserved_entries;
+      s.payload_bytes.fetch_add(b.payload_bytes);
+      rec.entries.push_back({e, e->generation});
+      rec.positions.push_back(static_cast<uint32_t>(i));
+      rec.parents.push_back(b.parent);
+      out.blocks[i].state = ReserveState::kReserved;
+      out.blocks[i].buffer = s.arena->Bytes(e->extent, e->payload_bytes);
+    }
+    s.m.used_bytes->Set(static_cast<int64_t>(s.arena->used_bytes()));
+    s.EvictToWatermarkLocked(now);
+  }
+  if (!rec.entries.empty()) {
+    out.expiry = rec.expiry;
+    out.write_lease = s.leases.Grant(std::move(rec));
+    s.m.leases_live_write->Add(1);
+  }
+  return out;
+}
+
+Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease,
+                                          std::span<const uint64_t> checksums) {
+  Impl& s = *impl_;
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kWrite));
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value()) return LeaseExpired("write lease " + std::to_string(lease) + " is not live");
+  const Nanos now = s.clock->Now();
+  uint32_t batch = 0;
+  bool write = false;
+  Status live = s.leases.WithLive(*ns, lease, now, [&](const LeaseRecord& rec) {
+    batch = rec.batch_size;
+    write = rec.write;
+  });
+  if (live.code() == StatusCode::kLeaseExpired) {
+    // Too late: give the space back now rather than at the next sweep.
+    std::optional<LeaseRecord> rec = s.leases.Take(*ns, lease);
+    if (rec.has_value()) s.EndLease(*rec, /*expired=*/true);
+  }
+  STRATA_RETURN_IF_ERROR(live);
+  if (!write) return InvalidArgument("lease " + std::to_string(lease) + " is a read lease");
+  if (checksums.size() != batch) {
+    return InvalidArgument("publish needs one checksum per reserved block: got " +
+                           std::to_string(checksums.size()) + ", reservation has " +
+                           std::to_string(batch));
+  }
+  std::optional<LeaseRecord> rec = s.leases.Take(*ns, lease);
+  if (!rec.has_value()) return LeaseExpired("write lease " + std::to_string(lease) + " ended");
+  if (rec->expiry <= now) {
+    s.EndLease(*rec, /*expired=*/true);
+    return LeaseExpired("write lease " + std::to_string(lease) + " expired before publish");
+  }
+  s.m.leases_live_write->Add(-1);
+
+  // Verify outside the structure lock: reserved entries belong to this lease
+  // alone, nothing else reads or frees them.
+  const size_t n = rec->entries.size();
+  std::vector<Status> verdict(n);
+  for (size_t j = 0; j < n; ++j) {
+    Entry* e = rec->entries[j].entry;
+    const uint64_t sum = checksums[rec->positions[j]];
+    verdict[j] = VerifyPayload(*s.FindLayout(e->layout_id),
+                               s.arena->Bytes(e->extent, e->payload_bytes), sum);
+    if (verdict[j].code() == StatusCode::kChecksumMismatch) s.m.checksum_failures->Increment();
+    e->checksum = sum;
+  }
+
+  PublishResult out;
+  out.blocks.assign(batch, Status::Ok());
+  std::lock_guard lock(s.structure_mu);
+  std::vector<Entry*> published;
+  published.reserve(n);
+  for (size_t j = 0; j < n; ++j) {
+    Entry* e = rec->entries[j].entry;
+    const uint32_t pos = rec->positions[j];
+    Entry* parent = nullptr;
+    if (verdict[j].ok() && rec->parents[j].has_value()) {
+      const EntryKey pk{*ns, StateKind::kGlobalKv, *rec->parents[j]};
+      Impl::Shard& shard = s.ShardFor(pk);
+      std::shared_lock slock(shard.mu);
+      parent = s.FindVisibleLocked(shard, pk, now);
+      if (parent == nullptr) {
+        verdict[j] = NotFound("block " + std::to_string(pos) +
+                              ": its parent block is not stored (parents must be committed "
+                              "first or earlier in the same batch)");
+      }
+    }
+    if (!verdict[j].ok()) {
+      out.blocks[pos] = verdict[j];
+      s.EraseLocked(e);
+      continue;
+    }
+    {
+      Impl::Shard& shard = s.ShardFor(e->key);
+      std::unique_lock slock(shard.mu);
+      e->commit_time = now;
+      e->expiry = now + s.TtlFor(e->key.kind);
+      e->state.store(EntryState::kCommitted);
+    }
+    --s.reserved_entries;
+    s.CountEntry(e, +1);
+    if (parent != nullptr) s.TreeLink(e, parent);
+    s.TtlAppend(e);
+    published.push_back(e);
+    s.m.commit_bytes->Increment(e->payload_bytes);
+  }
+  // Newest blocks in, deepest first; then their existing ancestors touched
+  // root-last, so along every chain an ancestor is younger than its
+  // descendants and LRU's victim is always a leaf.
+  for (auto it = published.rbegin(); it != published.rend(); ++it) s.policy->OnInsert(*it);
+  for (Entry* e : published) {
+    const bool attaches = e->parent != nullptr &&
+                          std::find(published.begin(), published.end(), e->parent) ==
+                              published.end();
+    for (Entry* a = attaches ? e->parent : nullptr; a != nullptr; a = a->parent) {
+      s.policy->OnAccess(a);
+    }
+  }
+  out.published = static_cast<uint32_t>(published.size());
+  s.m.commit_entries->Increment(published.size());
+  return out;
+}
+
+Result<PublishResult> CacheStore::Commit(const Principal& caller, const ModelId& model,
+                                         std::span<const CommitPayload> payloads) {
+  std::vector<CommitBlock> blocks;
+  blocks.reserve(payloads.size());
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
+      return InvalidArgument("block " + std::to_string(i) + ": carries " +
+                             std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
+                             std::to_string(payloads[i].block.payload_bytes));
+    }
+    blocks.push_back(payloads[i].block);
+  }
+  Result<Reservation> reservation = Reserve(caller, model, blocks);
+  if (!reservation.ok()) return reservation.status();
+  std::vector<uint64_t> checksums(payloads.size(), 0);
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    const ReservedBlock& rb = reservation->blocks[i];
+    if (rb.state != ReserveState::kReserved) continue;
+    std::memcpy(rb.buffer.data(), payloads[i].bytes.data(), payloads[i].bytes.size());
+    checksums[i] = payloads[i].checksum;
+  }
+  if (reservation->write_lease == 0) {
+    PublishResult nothing_to_do;
+    nothing_to_do.blocks.assign(payloads.size(), Status::Ok());
+    return nothing_to_do;
+  }
+  return Publish(caller, reservation->write_lease, checksums);
+}
+
+Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl) {
+  Impl& s = *impl_;
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
+  if (ttl <= 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl out of range");
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value()) return LeaseExpired("lease " + std::to_string(lease) + " is not live");
+  const Nanos now = s.clock->Now();
+  return s.leases.Renew(*ns, lease, now, now + ttl);
+}
+
+Status CacheStore::Abort(const Principal& caller, LeaseId lease) {
+  Impl& s = *impl_;
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value() || lease == 0) return Status::Ok();
+  std::optional<LeaseRecord> rec = s.leases.Take(*ns, lease);
+  if (rec.has_value()) s.EndLease(*rec, /*expired=*/rec->expiry <= s.clock->Now());
+  return Status::Ok();
+}
+
+// ---- admin ------------------------------------------------------------------
+
+namespace {
+// Finds a committed entry for an admin call; NOT_FOUND otherwise.
+template <typename ImplT, typename Fn>
+Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKind kind, Fn fn) {
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  const std::string what = std::string(StateKindName(kind)) + " entry " + key.ToHex();
+  if (!ns.has_value()) return NotFound("no " + what);
+  std::lock_guard lock(s.structure_mu);
+  const EntryKey k{*ns, kind, key};
+  Entry* e = nullptr;
+  {
+    auto& shard = s.ShardFor(k);
+    std::shared_lock slock(shard.mu);
+    e = s.FindVisibleLocked(shard, k, s.clock->Now());
+  }
+  if (e == nullptr) return NotFound("no " + what);
+  fn(e);
+  return Status::Ok();
+}
+}  // namespace
+
+Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKind kind) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
+  return WithEntry(*impl_, caller, key, kind,
+                   [&](Entry* e) { impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit); });
+}
+
+Status CacheStore::Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
+  if (ttl <= 0 || ttl > Hours(24 * 30)) return InvalidArgument("pin ttl must be in (0, 30 days]");
+  const Nanos until = impl_->clock->Now() + ttl;
+  return WithEntry(*impl_, caller, key, kind, [&](Entry* e) { e->pinned_until.store(until); });
+}
+
+Status CacheStore::Unpin(const Principal& caller, const ChainKey& key, StateKind kind) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
+  return WithEntry(*impl_, caller, key, kind, [&](Entry* e) { e->pinned_until.store(0); });
+}
+
+Result<EntryInfo> CacheStore::Inspect(const Principal& caller, const ChainKey& key,
+                                      StateKind kind) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
+  EntryInfo info;
+  STRATA_RETURN_IF_ERROR(WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
+    info.key = e->key.chain;
+    info.kind = e->key.kind;
+    info.ns = caller.ns;
+    info.model_id = e->model_id;
+    info.layout_id = e->layout_id;
+    info.payload_bytes = e->payload_bytes;
+    info.checksum = e->checksum;
+    info.commit_time = e->commit_time;
+    info.expiry = e->expiry;
+    info.pinned_until = e->pinned_until.load();
+    info.live_leases = e->leases.load();
+    info.hits = e->hits.load();
+    info.has_parent = e->parent != nullptr;
+    for (Entry* c = e->first_child; c != nullptr; c = c->next_sibling) ++info.children;
+  }));
+  return info;
+}
+
+MaintenanceReport CacheStore::RunMaintenance() { return impl_->RunMaintenance(); }
+
+StoreStats CacheStore::Stats() const {
+  const Impl& s = *impl_;
+  StoreStats st;
+  st.capacity_bytes = s.arena->capacity_bytes();
+  st.used_bytes = s.arena->used_bytes();
+  st.payload_bytes = s.payload_bytes.load();
+  st.global_kv_entries = static_cast<uint64_t>(s.m.entries_global->Value());
+  st.swa_entries = static_cast<uint64_t>(s.m.entries_swa->Value());
+  {
+    std::lock_guard lock(s.structure_mu);
+    st.reserved_entries = s.reserved_entries;
+    st.deleting_entries = s.deleting_entries;
+  }
+  st.read_leases = s.leases.live(/*write=*/false);
+  st.write_leases = s.leases.live(/*write=*/true);
+  for (size_t i = 0; i < st.evictions.size(); ++i) st.evictions[i] = s.evictions[i].load();
+  st.huge_pages = s.arena->huge_pages();
+  return st;
+}
+
+std::span<std::byte> CacheStore::MutablePayloadForTesting(const Principal& caller,
+                                                          const ChainKey& key, StateKind kind) {
+  std::span<std::byte> out;
+  Status st = WithEntry(*impl_, caller, key, kind,
+                        [&](Entry* e) { out = impl_->arena->Bytes(e->extent, e->payload_bytes); });
+  (void)st;
+  return out;
+}
+
+Status CacheStore::CheckInvariantsForTesting() const {
+  const Impl& s = *impl_;
+  std::lock_guard lock(s.structure_mu);
+  uint64_t extents = 0, extent_bytes = 0, payload = 0, reserved = 0, deleting = 0;
+  uint64_t committed[2] = {0, 0};
+  const Nanos now = s.clock->Now();
+  for (uint32_t i = 0; i <= s.shard_mask; ++i) {
+    std::shared_lock slock(s.shards[i].mu);
+    for (const auto& [k, e] : s.shards[i].map) {
+      if (!(e->key == k)) return Internal("index key differs from entry key");
+      ++extents;
+      extent_bytes += e->extent.length;
+      payload += e->payload_bytes;
+      switch (e->state.load()) {
+        case EntryState::kReserved:
+          ++reserved;
+          if (e->in_policy || e->in_ttl) return Internal("reserved entry is evictable");
+          break;
+        case EntryState::kDeleting:
+          ++deleting;
+          if (e->in_policy || e->parent || e->first_child) {
+            return Internal("deleting entry still linked");
+          }
+          if (e->leases.load() == 0 && e->readers.load() == 0) {
+            return Internal("deleting entry with no pins was not reclaimed");
+          }
+          break;
+        case EntryState::kCommitted:
+          ++committed[static_cast<int>(k.kind) - 1];
+          if (!e->in_policy || !e->in_ttl) return Internal("committed entry not tracked");
+          if (e->parent != nullptr && e->parent->state.load() != EntryState::kCommitted) {
+            return Internal("committed entry under a parent that is not committed");
+          }
+          if (e->leases.load() == 0 && e->readers.load() == 0 && e->first_child == nullptr &&
+              e->pinned_until.load() <= now && !s.EvictableLocked(*e, now)) {
+            return Internal("unpinned leaf is not evictable");
+          }
+          break;
+      }
+    }
+  }
+  if (extents != s.pool.live()) return Internal("pool and index disagree on entry count");
+  if (extent_bytes != s.arena->used_bytes()) {
+    return Internal("arena occupancy " + std::to_string(s.arena->used_bytes()) +
+                    " != sum of live extents " + std::to_string(extent_bytes));
+  }
+  if (extents != s.arena->allocated_extents()) return Internal("arena extent count differs");
+  if (!s.arena->CheckConsistency()) return Internal("arena allocator inconsistent");
+  if (payload != s.payload_bytes.load()) return Internal("payload byte count drifted");
+  if (reserved != s.reserved_entries || deleting != s.deleting_entries) {
+    return Internal("reserved/deleting counts drifted");
+  }
+  if (static_cast<int64_t>(committed[0]) != s.m.entries_global->Value() ||
+      static_cast<int64_t>(committed[1]) != s.m.entries_swa->Value()) {
+    return Internal("entry gauges drifted");
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata

@@ -1,0 +1,80 @@
+#include "strata/dram_arena.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace strata {
+
+namespace {
+constexpr uint64_t kHugePage = 2ull << 20;
+}
+
+Result<std::unique_ptr<DramArena>> DramArena::Create(const DramArenaOptions& options) {
+  const uint32_t granule = options.granule_bytes;
+  if (granule == 0 || (granule & (granule - 1)) != 0 || granule > kHugePage) {
+    return InvalidArgument("arena granule must be a power of two up to 2 MiB");
+  }
+  if (options.capacity_bytes < granule) return InvalidArgument("arena smaller than a granule");
+  const uint64_t mapped = (options.capacity_bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const int populate = options.prefault ? MAP_POPULATE : 0;
+  void* p = MAP_FAILED;
+  bool huge = false;
+  if (options.try_huge_pages) {
+    p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | populate, -1, 0);
+    huge = p != MAP_FAILED;
+  }
+  if (p == MAP_FAILED) {
+    p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      return ResourceExhausted("cannot map a DRAM arena of " + std::to_string(mapped) +
+                               " bytes: " + std::strerror(errno));
+    }
+    // Transparent huge pages where the system allows; harmless where not.
+    if (options.try_huge_pages) madvise(p, mapped, MADV_HUGEPAGE);
+    if (options.prefault && madvise(p, mapped, MADV_POPULATE_WRITE) != 0) {
+      // Kernels before 5.14 lack MADV_POPULATE_WRITE: touch each page.
+      auto* bytes = static_cast<volatile char*>(p);
+      for (uint64_t off = 0; off < mapped; off += 4096) bytes[off] = 0;
+    }
+  }
+  const uint64_t capacity = options.capacity_bytes / granule * granule;
+  return std::unique_ptr<DramArena>(
+      new DramArena(static_cast<std::byte*>(p), mapped, capacity, granule, huge));
+}
+
+DramArena::DramArena(std::byte* base, uint64_t mapped, uint64_t capacity, uint32_t granule,
+                     bool huge)
+    : base_(base), mapped_(mapped), capacity_(capacity), huge_pages_(huge),
+      alloc_(capacity, granule) {}
+
+DramArena::~DramArena() { munmap(base_, mapped_); }
+
+std::optional<Extent> DramArena::Allocate(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  return alloc_.Allocate(bytes);
+}
+
+void DramArena::Free(const Extent& extent) {
+  std::lock_guard lock(mu_);
+  alloc_.Free(extent);
+}
+
+uint64_t DramArena::used_bytes() const {
+  std::lock_guard lock(mu_);
+  return alloc_.used_bytes();
+}
+
+uint64_t DramArena::allocated_extents() const {
+  std::lock_guard lock(mu_);
+  return alloc_.allocated_extents();
+}
+
+bool DramArena::CheckConsistency() const {
+  std::lock_guard lock(mu_);
+  return alloc_.CheckConsistency();
+}
+
+}  // namespace strata

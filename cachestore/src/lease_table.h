@@ -1,0 +1,55 @@
+// Live read and write leases. A lease names the entries it holds; the
+// entries' own counters are what eviction looks at, this table is what lets
+// a lease be renewed, ended, or found expired.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "entry.h"
+#include "strata/status.h"
+#include "strata/store_types.h"
+
+namespace strata {
+
+struct LeaseRecord {
+  LeaseId id = 0;
+  uint32_t ns = 0;
+  bool write = false;
+  Nanos expiry = 0;
+  std::vector<EntryRef> entries;
+  // Write leases: the batch position of each entry, and the batch size, so
+  // publish can line its checksums and results up with the reservation.
+  std::vector<uint32_t> positions;
+  std::vector<std::optional<ChainKey>> parents;  // GLOBAL_KV parent of each entry
+  uint32_t batch_size = 0;
+};
+
+class LeaseTable {
+ public:
+  LeaseId Grant(LeaseRecord record);  // assigns and returns the id
+
+  // Runs `fn` on a live lease of namespace `ns` under the table's lock, so
+  // the lease cannot end meanwhile. NOT_FOUND for another namespace's or an
+  // unknown id, LEASE_EXPIRED once past its expiry.
+  Status WithLive(uint32_t ns, LeaseId id, Nanos now,
+                  const std::function<void(const LeaseRecord&)>& fn) const;
+  Status Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry);
+  // Removes and returns the lease whatever its expiry; nullopt if unknown.
+  std::optional<LeaseRecord> Take(uint32_t ns, LeaseId id);
+  std::vector<LeaseRecord> TakeExpired(Nanos now);
+  std::vector<LeaseRecord> TakeAll();
+
+  size_t live(bool write) const;
+
+ private:
+  mutable std::mutex mu_;
+  LeaseId next_id_ = 1;
+  std::unordered_map<LeaseId, LeaseRecord> leases_;
+};
+
+}  // namespace strata

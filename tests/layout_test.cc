@@ -1,0 +1,141 @@
+// Layout sizes from DESIGN §8 and the payload header: sealing, parsing,
+// verification, and rejection of malformed or corrupted payloads.
+#include "strata/layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+TEST(LayoutTest, V41GlobalKvSizes) {
+  EXPECT_EQ(kMainKvEntry.Bytes(), 288u);
+  EXPECT_EQ(kIndexerEntry.Bytes(), 68u);
+  GlobalKvShape shape;
+  EXPECT_DOUBLE_EQ(shape.BytesPerToken(), 890.0);
+  Layout l = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  EXPECT_EQ(l.block_tokens, 256u);
+  EXPECT_EQ(l.BodyBytes(), 227'840u);
+  ASSERT_EQ(l.groups.size(), 3u);
+  EXPECT_EQ(l.groups[0].bytes, 256u * 356);  // encoder, stride 1
+  EXPECT_EQ(l.groups[1].bytes, 128u * 356);  // encoder, stride 2
+  EXPECT_EQ(l.groups[2].bytes, 256u * 356);  // decoder
+  EXPECT_EQ(l.HeaderBytes() % 64, 0u);
+  EXPECT_EQ(l.PayloadBytes(), l.HeaderBytes() + 227'840u);
+}
+
+TEST(LayoutTest, V41SwaSizes) {
+  EXPECT_EQ(kSwaPosition.Bytes(), 528u);
+  SwaShape shape;
+  EXPECT_EQ(shape.Slots(), 134u);
+  Layout l = MakeSwaLayout(kV41SwaLayoutId, shape);
+  ASSERT_EQ(l.groups.size(), 8u);
+  for (const LayerGroup& g : l.groups) EXPECT_EQ(g.bytes, 134u * 528);
+  EXPECT_EQ(l.BodyBytes(), 8u * 134 * 528);
+}
+
+TEST(LayoutTest, SealParseVerifyRoundTrip) {
+  Layout l = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  testing::Payload p = testing::MakePayload(l, 42);
+  auto header = ParsePayloadHeader(p.bytes);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  EXPECT_EQ(header->kind, StateKind::kGlobalKv);
+  EXPECT_EQ(header->layout_id, l.id);
+  EXPECT_EQ(header->token_count, 256u);
+  ASSERT_EQ(header->groups.size(), 3u);
+  EXPECT_EQ(header->groups[0].offset, l.HeaderBytes());
+  EXPECT_EQ(header->groups[1].offset, l.HeaderBytes() + l.groups[0].bytes);
+  EXPECT_TRUE(CheckHeaderMatchesLayout(*header, l).ok());
+  EXPECT_TRUE(VerifyPayload(l, p.bytes, p.checksum).ok());
+  // Entry checksum is the hash of the header, which holds each group's hash.
+  EXPECT_EQ(p.checksum, Checksum64(std::span(p.bytes).first(l.HeaderBytes())));
+  EXPECT_EQ(header->groups[2].checksum,
+            Checksum64(std::span(p.bytes).subspan(header->groups[2].offset, l.groups[2].bytes)));
+}
+
+TEST(LayoutTest, CopyAndChecksumEqualsChecksumOfCopy) {
+  std::vector<std::byte> src(300'001), dst(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 31 + 7);
+  EXPECT_EQ(CopyAndChecksum(dst.data(), src.data(), src.size()), Checksum64(src));
+  EXPECT_EQ(dst, src);
+  // Unaligned destinations and sizes around the streaming threshold.
+  for (size_t n : {0, 1, 63, 4096, 32 * 1024 - 1, 32 * 1024, 70'001}) {
+    for (size_t shift : {0, 3, 8}) {
+      std::vector<std::byte> out(n + shift, std::byte{0});
+      EXPECT_EQ(CopyAndChecksum(out.data() + shift, src.data() + 5, n),
+                Checksum64(std::span(src).subspan(5, n)));
+      EXPECT_TRUE(std::equal(out.begin() + shift, out.end(), src.begin() + 5)) << n << "+" << shift;
+    }
+  }
+}
+
+TEST(LayoutTest, AnyFlippedBitIsDetected) {
+  Layout l = testing::TinyGlobalLayout();
+  testing::Payload p = testing::MakePayload(l, 7);
+  for (size_t byte = 0; byte < p.bytes.size(); byte += 13) {
+    std::vector<std::byte> bad = p.bytes;
+    bad[byte] ^= std::byte{0x10};
+    Status st = VerifyPayload(l, bad, p.checksum);
+    EXPECT_FALSE(st.ok()) << "flip at byte " << byte << " went unnoticed";
+  }
+}
+
+TEST(LayoutTest, MalformedHeadersAreInvalidArgument) {
+  Layout l = testing::TinyGlobalLayout();
+  testing::Payload p = testing::MakePayload(l, 1);
+  auto expect_invalid = [&](std::vector<std::byte> bytes, const char* what) {
+    auto h = ParsePayloadHeader(bytes);
+    EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument) << what;
+  };
+  expect_invalid({}, "empty");
+  expect_invalid(std::vector<std::byte>(p.bytes.begin(), p.bytes.begin() + 20), "truncated");
+  auto bad = p.bytes;
+  bad[0] = std::byte{0};
+  expect_invalid(bad, "magic");
+  bad = p.bytes;
+  bad[4] = std::byte{9};
+  expect_invalid(bad, "version");
+  bad = p.bytes;
+  bad[6] = std::byte{7};
+  expect_invalid(bad, "kind");
+  bad = p.bytes;
+  std::memset(&bad[16], 0xff, 4);
+  expect_invalid(bad, "group count");
+  bad = p.bytes;
+  bad[32] = std::byte{1};  // group 0 offset
+  expect_invalid(bad, "group offset");
+  bad = p.bytes;
+  bad.push_back(std::byte{0});  // one byte longer than the header says
+  expect_invalid(bad, "length");
+}
+
+TEST(LayoutTest, HeaderMustMatchLayout) {
+  Layout l = testing::TinyGlobalLayout();
+  testing::Payload p = testing::MakePayload(l, 1);
+  auto h = ParsePayloadHeader(p.bytes).value();
+  Layout other = l;
+  other.id = 999;
+  EXPECT_EQ(CheckHeaderMatchesLayout(h, other).code(), StatusCode::kInvalidArgument);
+  other = l;
+  other.groups[0].bytes += 1;
+  EXPECT_EQ(CheckHeaderMatchesLayout(h, other).code(), StatusCode::kInvalidArgument);
+  testing::Payload wrong_tokens = testing::MakePayload(l, 1, 3);
+  EXPECT_EQ(VerifyPayload(l, wrong_tokens.bytes, wrong_tokens.checksum).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(LayoutTest, SealRejectsWrongSizeAndBadLayouts) {
+  Layout l = testing::TinyGlobalLayout();
+  std::vector<std::byte> small(l.PayloadBytes() - 1);
+  EXPECT_EQ(SealPayload(l, 4, small).status().code(), StatusCode::kInvalidArgument);
+  Layout empty{5, StateKind::kGlobalKv, 4, {}};
+  EXPECT_EQ(empty.Validate().code(), StatusCode::kInvalidArgument);
+  Layout zero_group{5, StateKind::kGlobalKv, 4, {{"g", 0}}};
+  EXPECT_EQ(zero_group.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,127 @@
+// Helpers shared by the store tests: small layouts, payload builders, and
+// a store with a manual clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "strata/cache_store.h"
+#include "strata/chain_key.h"
+#include "strata/layout.h"
+
+namespace strata::testing {
+
+// Tiny layouts keep tests fast: 4-token blocks, a few hundred bytes each.
+constexpr uint32_t kTinyGlobalLayout = 100;
+constexpr uint32_t kTinySwaLayout = 101;
+constexpr uint32_t kTinyBlockTokens = 4;
+
+inline Layout TinyGlobalLayout() {
+  return {kTinyGlobalLayout, StateKind::kGlobalKv, kTinyBlockTokens,
+          {{"g0", 96}, {"g1", 64}, {"g2", 32}}};
+}
+inline Layout TinySwaLayout() {
+  return {kTinySwaLayout, StateKind::kSwaState, 8, {{"layer.0", 128}, {"layer.1", 128}}};
+}
+
+struct Payload {
+  std::vector<std::byte> bytes;
+  uint64_t checksum = 0;
+};
+
+// A sealed payload whose body is random bytes from `seed`.
+inline Payload MakePayload(const Layout& layout, uint64_t seed, uint32_t tokens = 0) {
+  Payload p;
+  p.bytes.resize(layout.PayloadBytes());
+  std::mt19937_64 rng(seed);
+  for (size_t i = layout.HeaderBytes(); i < p.bytes.size(); ++i) {
+    p.bytes[i] = static_cast<std::byte>(rng());
+  }
+  const uint32_t count = tokens != 0 ? tokens : layout.block_tokens;
+  p.checksum = SealPayload(layout, count, p.bytes).value();
+  return p;
+}
+
+inline std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<uint32_t> t(n);
+  std::mt19937 rng(seed);
+  for (auto& x : t) x = rng() % 50000;
+  return t;
+}
+
+inline ModelId TestModel() {
+  ModelFingerprint fp{"weights-r1", "tok-1", "tmpl-1", 1, "fp4"};
+  return fp.Id();
+}
+
+struct TestStore {
+  ManualClock clock;
+  std::unique_ptr<CacheStore> store;
+  Principal writer{"tenant-a", Role::kAdmin};
+
+  explicit TestStore(uint64_t capacity = 1 << 20, double high = 0.95, double low = 0.85) {
+    CacheStoreOptions o;
+    o.dram.capacity_bytes = capacity;
+    o.dram.granule_bytes = 256;
+    o.dram.prefault = false;
+    o.dram.try_huge_pages = false;
+    o.high_watermark = high;
+    o.low_watermark = low;
+    o.maintenance_interval = 0;
+    o.clock = &clock;
+    o.index_shards = 8;
+    o.extra_layouts = {TinyGlobalLayout(), TinySwaLayout()};
+    store = CacheStore::Open(o).value();
+  }
+
+  // Keys of the full tiny blocks of `tokens` for `who`.
+  std::vector<ChainKey> Keys(std::span<const uint32_t> tokens, const Principal& who) const {
+    return ChainKeys::ForPrompt({who.ns, TestModel(), ""}, tokens, kTinyBlockTokens).value();
+  }
+
+  // Commits GLOBAL_KV blocks [from, to) of `tokens`; payload seeds derive
+  // from the keys so equal blocks get equal bytes.
+  Result<PublishResult> CommitBlocks(std::span<const uint32_t> tokens, size_t from, size_t to,
+                                     const Principal& who) {
+    const std::vector<ChainKey> keys = Keys(tokens, who);
+    std::vector<Payload> payloads;
+    std::vector<CommitPayload> commit;
+    for (size_t b = from; b < to; ++b) payloads.push_back(MakePayload(TinyGlobalLayout(), keys[b].Prefix64()));
+    for (size_t b = from; b < to; ++b) {
+      CommitBlock cb{keys[b], StateKind::kGlobalKv, kTinyGlobalLayout,
+                     TinyGlobalLayout().PayloadBytes(), std::nullopt};
+      if (b > 0) cb.parent = keys[b - 1];
+      commit.push_back({cb, payloads[b - from].bytes, payloads[b - from].checksum});
+    }
+    return store->Commit(who, TestModel(), commit);
+  }
+  Result<PublishResult> CommitBlocks(std::span<const uint32_t> tokens, size_t from, size_t to) {
+    return CommitBlocks(tokens, from, to, writer);
+  }
+
+  Status CommitSwa(const ChainKey& boundary_key, uint64_t seed, const Principal& who) {
+    Payload p = MakePayload(TinySwaLayout(), seed, 5);
+    CommitPayload cp{{boundary_key, StateKind::kSwaState, kTinySwaLayout,
+                      TinySwaLayout().PayloadBytes(), std::nullopt},
+                     p.bytes,
+                     p.checksum};
+    auto r = store->Commit(who, TestModel(), std::span(&cp, 1));
+    if (!r.ok()) return r.status();
+    return r->blocks[0];
+  }
+
+  MatchRequest Request(std::span<const uint32_t> tokens, Nanos lease_ttl = 0) const {
+    MatchRequest req;
+    req.model_id = TestModel();
+    req.tokens = tokens;
+    req.block_tokens = kTinyBlockTokens;
+    req.lease_ttl = lease_ttl;
+    return req;
+  }
+};
+
+}  // namespace strata::testing
