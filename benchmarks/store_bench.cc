@@ -112,6 +112,7 @@ int RunStoreBench(const StoreBenchOptions& o) {
   mreq.model_id = model;
   mreq.tokens = tokens;
   mreq.block_tokens = layout.block_tokens;
+  mreq.take_lease = true;
   mreq.lease_ttl = Minutes(5);
   auto leased = store->Match(caller, mreq);
   if (!leased.ok() || leased->blocks.size() != blocks) {
@@ -120,7 +121,8 @@ int RunStoreBench(const StoreBenchOptions& o) {
   }
   FetchRequest freq;
   freq.match = &*leased;
-  for (uint32_t b = 0; b < blocks; ++b) freq.block_buffers.push_back({dest.data() + b * payload, payload});
+  for (uint32_t b = 0; b < blocks; ++b)
+    freq.block_buffers.emplace_back(dest.data() + b * payload, payload);
   std::vector<double> fetch_s;
   for (int r = 0; r < o.fetch_rounds; ++r) {
     const double t0 = NowSeconds();
@@ -139,7 +141,7 @@ int RunStoreBench(const StoreBenchOptions& o) {
   (void)store->Abort(caller, leased->lease);
 
   // Match (no lease, as a router would) vs hashing the same tokens alone.
-  mreq.lease_ttl = 0;
+  mreq.take_lease = false;
   std::vector<double> match_us, hash_us;
   for (int r = 0; r < o.match_rounds; ++r) {
     double t0 = NowSeconds();
@@ -153,7 +155,8 @@ int RunStoreBench(const StoreBenchOptions& o) {
     auto k = ChainKeys::ForPrompt(root, tokens, layout.block_tokens);
     hash_us.push_back((NowSeconds() - t0) * 1e6);
     if (!k.ok()) return 1;
-    if ((r + 1) % 50 == 0 || r + 1 == o.match_rounds) Progress("match rounds", r + 1, o.match_rounds);
+    if ((r + 1) % 50 == 0 || r + 1 == o.match_rounds)
+      Progress("match rounds", r + 1, o.match_rounds);
   }
 
   const double memcpy_gbps = Gbps(total, Median(memcpy_s));

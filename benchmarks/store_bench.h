@@ -16,7 +16,8 @@ struct StoreBenchOptions {
   void Register(CLI::App& app) {
     app.add_option("--prompt-tokens", prompt_tokens, "Prompt length in tokens")
         ->check(CLI::Range(256u, 1u << 20));
-    app.add_option("--fetch-rounds", fetch_rounds, "Timed fetch rounds")->check(CLI::Range(1, 1000));
+    app.add_option("--fetch-rounds", fetch_rounds, "Timed fetch rounds")
+        ->check(CLI::Range(1, 1000));
     app.add_option("--commit-rounds", commit_rounds, "Timed commit rounds")
         ->check(CLI::Range(1, 1000));
     app.add_option("--match-rounds", match_rounds, "Timed match rounds")

@@ -56,10 +56,9 @@ TEST_F(BadInputTest, ReserveRejectsBadBlocks) {
   EXPECT_EQ(ReserveCode({swa}), StatusCode::kInvalidArgument);
   // One bad block spoils the batch: nothing is reserved.
   EXPECT_EQ(ReserveCode({Block(key_), b}), StatusCode::kInvalidArgument);
-  EXPECT_EQ(t_.store->Reserve(t_.writer, TestModel(), std::vector{Block(key_)}, Hours(1))
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);  // lease ttl above the limit
+  EXPECT_EQ(
+      t_.store->Reserve(t_.writer, TestModel(), std::vector{Block(key_)}, Hours(1)).status().code(),
+      StatusCode::kInvalidArgument);  // lease ttl above the limit
 }
 
 TEST_F(BadInputTest, CommitRejectsMismatchedAndMalformedPayloads) {
@@ -92,8 +91,7 @@ TEST_F(BadInputTest, PublishNeedsOneChecksumPerBlock) {
   // The lease survived the bad call; abort it.
   EXPECT_EQ(t_.store->Stats().write_leases, 1u);
   EXPECT_TRUE(t_.store->Abort(t_.writer, res.write_lease).ok());
-  EXPECT_EQ(t_.store->Publish(t_.writer, 987654, two).status().code(),
-            StatusCode::kLeaseExpired);
+  EXPECT_EQ(t_.store->Publish(t_.writer, 987654, two).status().code(), StatusCode::kLeaseExpired);
 }
 
 TEST_F(BadInputTest, MatchRejectsOversizedAndMalformedRequests) {

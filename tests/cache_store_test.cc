@@ -25,14 +25,13 @@ class CacheStoreTest : public ::testing::Test {
   }
   // Fetches every hit block; returns the outcome and the buffers.
   FetchOutcome FetchAll(const MatchResult& m, std::vector<std::vector<std::byte>>* out,
-                        std::vector<FetchEvent>* events = nullptr,
-                        const Principal* who = nullptr) {
+                        std::vector<FetchEvent>* events = nullptr, const Principal* who = nullptr) {
     out->assign(m.blocks.size(), {});
     FetchRequest req;
     req.match = &m;
     for (size_t b = 0; b < m.blocks.size(); ++b) {
       (*out)[b].resize(m.blocks[b].payload_bytes);
-      req.block_buffers.push_back((*out)[b]);
+      req.block_buffers.emplace_back((*out)[b]);
     }
     if (events) req.on_event = [events](const FetchEvent& e) { events->push_back(e); };
     return t_.store->Fetch(who ? *who : t_.writer, req).Wait();
@@ -131,11 +130,10 @@ TEST_F(CacheStoreTest, ReservedBytesStayInvisibleUntilPublished) {
 TEST_F(CacheStoreTest, AbortReclaimsReservedSpaceAndIsRepeatable) {
   const auto tokens = Tokens(8, 5);
   const auto keys = t_.Keys(tokens, t_.writer);
-  std::vector<CommitBlock> blocks = {
-      {keys[0], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
-       TinyGlobalLayout().PayloadBytes(), std::nullopt},
-      {keys[1], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
-       TinyGlobalLayout().PayloadBytes(), keys[0]}};
+  std::vector<CommitBlock> blocks = {{keys[0], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                                      TinyGlobalLayout().PayloadBytes(), std::nullopt},
+                                     {keys[1], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                                      TinyGlobalLayout().PayloadBytes(), keys[0]}};
   auto r = t_.store->Reserve(t_.writer, TestModel(), blocks).value();
   EXPECT_GT(t_.store->Stats().used_bytes, 0u);
   EXPECT_TRUE(t_.store->Abort(t_.writer, r.write_lease).ok());
@@ -147,8 +145,8 @@ TEST_F(CacheStoreTest, AbortReclaimsReservedSpaceAndIsRepeatable) {
 
 TEST_F(CacheStoreTest, WriteLeaseExpiryReclaimsSpace) {
   const auto tokens = Tokens(4, 6);
-  CommitBlock cb{t_.Keys(tokens, t_.writer)[0], StateKind::kGlobalKv,
-                 testing::kTinyGlobalLayout, TinyGlobalLayout().PayloadBytes(), std::nullopt};
+  CommitBlock cb{t_.Keys(tokens, t_.writer)[0], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                 TinyGlobalLayout().PayloadBytes(), std::nullopt};
   auto r = t_.store->Reserve(t_.writer, TestModel(), std::span(&cb, 1), Seconds(5)).value();
   t_.clock.Advance(Seconds(6));
   // Publishing after expiry fails and frees the space at once.
@@ -212,6 +210,12 @@ TEST_F(CacheStoreTest, ReadLeaseRenewExpireAndRelease) {
   info = t_.store->Inspect(t_.writer, m.blocks[0].key, StateKind::kGlobalKv).value();
   EXPECT_EQ(info.live_leases, 0u);
   EXPECT_TRUE(t_.store->Abort(t_.writer, m.lease).ok());  // already gone: still fine
+  // take_lease without a ttl gets the default of 10 s.
+  MatchRequest req = t_.Request(tokens);
+  req.take_lease = true;
+  auto d = t_.store->Match(t_.writer, req).value();
+  EXPECT_EQ(d.lease_expiry, t_.clock.Now() + Seconds(10));
+  EXPECT_TRUE(t_.store->Abort(t_.writer, d.lease).ok());
 }
 
 TEST_F(CacheStoreTest, DeleteUnderLeaseWaitsForTheLease) {

@@ -35,7 +35,8 @@ TEST(ChainKeyTest, MultimodalVector) {
   mm.position = 5;  // absolute; block 1 starts at 4, so offset 1 in the block
   for (int i = 0; i < 16; ++i) mm.content_hash[i] = static_cast<uint8_t>(i);
   const std::vector<uint32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
-  auto keys = ChainKeys::ForPrompt({"tenant-a", kFp.Id(), ""}, tokens, 4, std::span(&mm, 1)).value();
+  auto keys =
+      ChainKeys::ForPrompt({"tenant-a", kFp.Id(), ""}, tokens, 4, std::span(&mm, 1)).value();
   EXPECT_EQ(keys[0].ToHex(), "8fab59753dd9046528e76f767c782bc2");  // block 0 has no item
   EXPECT_EQ(keys[1].ToHex(), "f28e40369a1923b6c4d0ad89c1f827a7");
 }
@@ -51,10 +52,8 @@ TEST(ChainKeyTest, EqualInputsGiveEqualKeys) {
 
 TEST(ChainKeyTest, EveryInputChangesTheKeys) {
   std::vector<uint32_t> t = {10, 20, 30, 40, 50, 60, 70, 80};
-  const ModelId other_model =
-      ModelFingerprint{"weights-r2", "tok-1", "tmpl-1", 1, "fp4"}.Id();
-  const ModelId other_layout =
-      ModelFingerprint{"weights-r1", "tok-1", "tmpl-1", 2, "fp4"}.Id();
+  const ModelId other_model = ModelFingerprint{"weights-r2", "tok-1", "tmpl-1", 1, "fp4"}.Id();
+  const ModelId other_layout = ModelFingerprint{"weights-r1", "tok-1", "tmpl-1", 2, "fp4"}.Id();
   const ChainKey base = ChainKeys::ForPrompt({"ns", kFp.Id(), ""}, t, 4).value()[1];
   std::set<std::string> seen = {base.ToHex()};
   auto add = [&](const ChainKey& k) { EXPECT_TRUE(seen.insert(k.ToHex()).second); };
@@ -80,12 +79,11 @@ TEST(ChainKeyTest, PrefixPropertyAndEarlyStop) {
   ASSERT_EQ(half.size(), 4u);
   EXPECT_TRUE(std::equal(half.begin(), half.end(), full.begin()));
   size_t calls = 0;
-  auto stopped = ChainKeys::ForPrompt({"ns", kFp.Id(), ""}, t, 8, {},
-                                      [&](size_t b, const ChainKey&) {
-                                        ++calls;
-                                        return b < 2;
-                                      })
-                     .value();
+  auto stopped =
+      ChainKeys::ForPrompt({"ns", kFp.Id(), ""}, t, 8, {}, [&](size_t b, const ChainKey&) {
+        ++calls;
+        return b < 2;
+      }).value();
   EXPECT_EQ(stopped.size(), 3u);
   EXPECT_EQ(calls, 3u);
 }

@@ -54,7 +54,7 @@ TEST(ConcurrencyTest, StressKeepsInvariants) {
       req.match = &*m;
       for (size_t b = 0; b < bufs.size(); ++b) {
         bufs[b].resize(m->blocks[b].payload_bytes);
-        req.block_buffers.push_back(bufs[b]);
+        req.block_buffers.emplace_back(bufs[b]);
       }
       FetchOutcome out = t.store->Fetch(t.writer, req).Wait();
       if (lease) {
@@ -105,6 +105,7 @@ TEST(ConcurrencyTest, StressKeepsInvariants) {
     }
   });
   std::vector<std::thread> threads;
+  threads.reserve(kWorkers);
   for (int i = 0; i < kWorkers; ++i) threads.emplace_back(worker, i);
   for (auto& th : threads) th.join();
   stop_maintenance = true;

@@ -147,10 +147,10 @@ TEST_F(EvictionTest, DeleteCascadesToDescendants) {
   b[13] += 1;  // shares blocks 0..2 with a
   ASSERT_TRUE(t_->CommitBlocks(a, 0, 4).ok());
   ASSERT_TRUE(t_->CommitBlocks(b, 3, 4).ok());  // a sibling of a3 under a2
-  EXPECT_EQ(t_->store->Inspect(t_->writer, t_->Keys(a, t_->writer)[2],
-                               StateKind::kGlobalKv)->children, 2u);
-  ASSERT_TRUE(
-      t_->store->Delete(t_->writer, t_->Keys(a, t_->writer)[1], StateKind::kGlobalKv).ok());
+  EXPECT_EQ(
+      t_->store->Inspect(t_->writer, t_->Keys(a, t_->writer)[2], StateKind::kGlobalKv)->children,
+      2u);
+  ASSERT_TRUE(t_->store->Delete(t_->writer, t_->Keys(a, t_->writer)[1], StateKind::kGlobalKv).ok());
   EXPECT_EQ(t_->store->Stats().global_kv_entries, 1u);
   EXPECT_EQ(Hits(a), 1u);
   EXPECT_EQ(Hits(b), 1u);

@@ -155,6 +155,7 @@ TEST(MetricsTest, ConcurrentUpdatesAreExact) {
     while (!done.load()) EXPECT_FALSE(reg.RenderPrometheus().empty());
   });
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       Counter* mine = reg.GetCounter("per_thread_total", "h", {{"t", std::to_string(t)}});

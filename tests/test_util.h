@@ -21,7 +21,9 @@ constexpr uint32_t kTinySwaLayout = 101;
 constexpr uint32_t kTinyBlockTokens = 4;
 
 inline Layout TinyGlobalLayout() {
-  return {kTinyGlobalLayout, StateKind::kGlobalKv, kTinyBlockTokens,
+  return {kTinyGlobalLayout,
+          StateKind::kGlobalKv,
+          kTinyBlockTokens,
           {{"g0", 96}, {"g1", 64}, {"g2", 32}}};
 }
 inline Layout TinySwaLayout() {
@@ -90,7 +92,8 @@ struct TestStore {
     const std::vector<ChainKey> keys = Keys(tokens, who);
     std::vector<Payload> payloads;
     std::vector<CommitPayload> commit;
-    for (size_t b = from; b < to; ++b) payloads.push_back(MakePayload(TinyGlobalLayout(), keys[b].Prefix64()));
+    for (size_t b = from; b < to; ++b)
+      payloads.push_back(MakePayload(TinyGlobalLayout(), keys[b].Prefix64()));
     for (size_t b = from; b < to; ++b) {
       CommitBlock cb{keys[b], StateKind::kGlobalKv, kTinyGlobalLayout,
                      TinyGlobalLayout().PayloadBytes(), std::nullopt};
@@ -119,6 +122,7 @@ struct TestStore {
     req.model_id = TestModel();
     req.tokens = tokens;
     req.block_tokens = kTinyBlockTokens;
+    req.take_lease = lease_ttl > 0;
     req.lease_ttl = lease_ttl;
     return req;
   }

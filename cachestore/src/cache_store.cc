@@ -55,12 +55,18 @@ double SecondsSince(const Clock& clock, Nanos start) {
 
 std::string_view EvictReasonName(EvictReason reason) {
   switch (reason) {
-    case EvictReason::kCapacity: return "capacity";
-    case EvictReason::kWatermark: return "watermark";
-    case EvictReason::kTtl: return "ttl";
-    case EvictReason::kExplicit: return "explicit";
-    case EvictReason::kChecksum: return "checksum";
-    case EvictReason::kCount: break;
+    case EvictReason::kCapacity:
+      return "capacity";
+    case EvictReason::kWatermark:
+      return "watermark";
+    case EvictReason::kTtl:
+      return "ttl";
+    case EvictReason::kExplicit:
+      return "explicit";
+    case EvictReason::kChecksum:
+      return "checksum";
+    case EvictReason::kCount:
+      break;
   }
   return "unknown";
 }
@@ -101,8 +107,8 @@ struct CacheStore::Impl {
   std::unique_ptr<DramArena> arena;
 
   mutable std::mutex structure_mu;
-  std::unique_ptr<EvictionPolicy> policy;  // structure_mu
-  EntryPool pool;                          // structure_mu
+  std::unique_ptr<EvictionPolicy> policy;   // structure_mu
+  EntryPool pool;                           // structure_mu
   Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, commit order
   Entry* ttl_tail[2] = {nullptr, nullptr};
   uint64_t reserved_entries = 0;  // structure_mu
@@ -128,9 +134,7 @@ struct CacheStore::Impl {
 
   // ---- small lookups ------------------------------------------------------
 
-  Shard& ShardFor(const EntryKey& k) const {
-    return shards[EntryKeyHash{}(k) & shard_mask];
-  }
+  Shard& ShardFor(const EntryKey& k) const { return shards[EntryKeyHash{}(k)&shard_mask]; }
 
   const Layout* FindLayout(uint32_t id) const {
     std::shared_lock lock(layouts_mu);
@@ -264,8 +268,8 @@ struct CacheStore::Impl {
 
   // Evicts one victim; false when nothing may go.
   bool EvictOneLocked(EvictReason reason, Nanos now) {
-    Entry* victim = policy->PickVictim(
-        [&](const Entry& e) { return EvictableLocked(e, now); }, kMaxVictimScan);
+    Entry* victim =
+        policy->PickVictim([&](const Entry& e) { return EvictableLocked(e, now); }, kMaxVictimScan);
     if (victim == nullptr) return false;
     {
       // Re-check under the shard lock: a reader may have pinned it since.
@@ -380,9 +384,9 @@ struct CacheStore::Impl {
       EndLease(rec, /*expired=*/true);
     }
     std::lock_guard lock(structure_mu);
-    for (int q = 0; q < 2; ++q) {
-      while (ttl_head[q] != nullptr && ttl_head[q]->expiry <= now) {
-        report.ttl_expired += DeleteSubtreeLocked(ttl_head[q], EvictReason::kTtl);
+    for (Entry*& head : ttl_head) {  // DeleteSubtreeLocked advances head
+      while (head != nullptr && head->expiry <= now) {
+        report.ttl_expired += DeleteSubtreeLocked(head, EvictReason::kTtl);
       }
     }
     report.evicted = EvictToWatermarkLocked(now);
@@ -432,8 +436,8 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   m.match_tokens = r.GetCounter("strata_match_prompt_tokens_total", "Prompt tokens matched.");
   m.hit_tokens = r.GetCounter("strata_hit_tokens_total", "Prompt tokens found cached.");
   m.hit_bytes = r.GetCounter("strata_hit_bytes_total", "Payload bytes of cached hits.");
-  m.lookup_seconds = r.GetHistogram("strata_lookup_latency_seconds",
-                                    "Match latency, hashing included.", latency);
+  m.lookup_seconds =
+      r.GetHistogram("strata_lookup_latency_seconds", "Match latency, hashing included.", latency);
   m.fetch_bytes = r.GetCounter("strata_fetch_bytes_total", "Verified bytes fetched.");
   m.fetch_seconds = r.GetHistogram("strata_fetch_latency_seconds", "Fetch latency.", latency);
   m.first_group_seconds = r.GetHistogram("strata_fetch_first_layer_ready_seconds",
@@ -441,16 +445,16 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   m.commit_bytes = r.GetCounter("strata_commit_bytes_total", "Payload bytes published.");
   m.commit_entries = r.GetCounter("strata_commit_entries_total", "Entries published.");
   for (size_t i = 0; i < static_cast<size_t>(EvictReason::kCount); ++i) {
-    m.evictions[i] = r.GetCounter(
-        "strata_evictions_total", "Entries removed, by reason.",
-        {{"tier", "dram"}, {"reason", std::string(EvictReasonName(EvictReason(i)))}});
+    m.evictions[i] =
+        r.GetCounter("strata_evictions_total", "Entries removed, by reason.",
+                     {{"tier", "dram"}, {"reason", std::string(EvictReasonName(EvictReason(i)))}});
   }
   m.checksum_failures =
       r.GetCounter("strata_checksum_failures_total", "Payloads that failed verification.");
-  m.leases_expired_read = r.GetCounter("strata_leases_expired_total", "Leases that timed out.",
-                                       {{"type", "read"}});
-  m.leases_expired_write = r.GetCounter("strata_leases_expired_total", "Leases that timed out.",
-                                        {{"type", "write"}});
+  m.leases_expired_read =
+      r.GetCounter("strata_leases_expired_total", "Leases that timed out.", {{"type", "read"}});
+  m.leases_expired_write =
+      r.GetCounter("strata_leases_expired_total", "Leases that timed out.", {{"type", "write"}});
   m.leases_live_read = r.GetGauge("strata_leases_live", "Live leases.", {{"type", "read"}});
   m.leases_live_write = r.GetGauge("strata_leases_live", "Live leases.", {{"type", "write"}});
   m.used_bytes = r.GetGauge("strata_tier_used_bytes", "Bytes allocated in the tier.", dram);
@@ -535,7 +539,8 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
   s.m.match_tokens->Increment(req.tokens.size());
 
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
-  const bool lease = req.lease_ttl > 0;
+  const bool lease = req.take_lease;
+  const Nanos lease_ttl = req.lease_ttl > 0 ? req.lease_ttl : s.opts.default_read_lease_ttl;
   std::vector<EntryRef> hits;
   if (ns.has_value()) {
     hits.reserve(result.prompt_blocks);
@@ -585,19 +590,20 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
     // Touch root-last so ancestors stay younger than descendants (the SWA
     // entry, if any, is last in `hits` and touched first).
     std::lock_guard lock(s.structure_mu);
-    for (auto it = hits.rbegin(); it != hits.rend(); ++it) {
-      if (it->entry->generation == it->generation && it->entry->in_policy) {
-        s.policy->OnAccess(it->entry);
+    for (size_t i = hits.size(); i-- > 0;) {
+      const EntryRef& ref = hits[i];
+      if (ref.entry->generation == ref.generation && ref.entry->in_policy) {
+        s.policy->OnAccess(ref.entry);
       }
     }
   }
   if (lease && !hits.empty()) {
     LeaseRecord rec;
     rec.ns = *ns;
-    rec.expiry = start + req.lease_ttl;
+    rec.expiry = start + lease_ttl;
     rec.entries = hits;
     result.lease = s.leases.Grant(std::move(rec));
-    result.lease_expiry = start + req.lease_ttl;
+    result.lease_expiry = start + lease_ttl;
     s.m.leases_live_read->Add(1);
   }
   uint64_t hit_bytes = 0;
@@ -697,9 +703,10 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     if (CopyAndChecksum(dst, src.data(), hb) == e->checksum) {
       header = ParsePayloadHeader({dst, e->payload_bytes});
     }
-    Status st = header.ok() ? CheckHeaderMatchesLayout(*header, *layout)
-                            : ChecksumMismatch("block " + std::to_string(b) +
-                                               ": header fails the entry checksum");
+    Status st =
+        header.ok()
+            ? CheckHeaderMatchesLayout(*header, *layout)
+            : ChecksumMismatch("block " + std::to_string(b) + ": header fails the entry checksum");
     if (!st.ok()) {
       corrupt.push_back(e);
       cut(b, st);
@@ -972,11 +979,10 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
   // Newest blocks in, deepest first; then their existing ancestors touched
   // root-last, so along every chain an ancestor is younger than its
   // descendants and LRU's victim is always a leaf.
-  for (auto it = published.rbegin(); it != published.rend(); ++it) s.policy->OnInsert(*it);
+  for (size_t i = published.size(); i-- > 0;) s.policy->OnInsert(published[i]);
   for (Entry* e : published) {
-    const bool attaches = e->parent != nullptr &&
-                          std::find(published.begin(), published.end(), e->parent) ==
-                              published.end();
+    const bool attaches = e->parent != nullptr && std::find(published.begin(), published.end(),
+                                                            e->parent) == published.end();
     for (Entry* a = attaches ? e->parent : nullptr; a != nullptr; a = a->parent) {
       s.policy->OnAccess(a);
     }
@@ -1018,7 +1024,8 @@ Result<PublishResult> CacheStore::Commit(const Principal& caller, const ModelId&
 Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl) {
   Impl& s = *impl_;
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
-  if (ttl <= 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl out of range");
+  if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl out of range");
+  if (ttl == 0) ttl = s.opts.default_read_lease_ttl;
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value()) return LeaseExpired("lease " + std::to_string(lease) + " is not live");
   const Nanos now = s.clock->Now();

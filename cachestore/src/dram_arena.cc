@@ -47,7 +47,10 @@ Result<std::unique_ptr<DramArena>> DramArena::Create(const DramArenaOptions& opt
 
 DramArena::DramArena(std::byte* base, uint64_t mapped, uint64_t capacity, uint32_t granule,
                      bool huge)
-    : base_(base), mapped_(mapped), capacity_(capacity), huge_pages_(huge),
+    : base_(base),
+      mapped_(mapped),
+      capacity_(capacity),
+      huge_pages_(huge),
       alloc_(capacity, granule) {}
 
 DramArena::~DramArena() { munmap(base_, mapped_); }

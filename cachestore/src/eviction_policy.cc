@@ -23,8 +23,7 @@ class LruPolicy final : public EvictionPolicy {
     Unlink(e);
     e->in_policy = false;
   }
-  Entry* PickVictim(const std::function<bool(const Entry&)>& evictable,
-                    size_t max_scan) override {
+  Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan) override {
     size_t scanned = 0;
     for (Entry* e = tail_; e != nullptr && scanned < max_scan; e = e->policy_prev, ++scanned) {
       if (evictable(*e)) return e;

@@ -84,8 +84,8 @@ std::optional<Extent> ExtentAllocator::Allocate(uint64_t bytes) {
 
 void ExtentAllocator::Free(const Extent& extent) {
   const uint64_t start64 = extent.offset / granule_;
-  if (extent.offset % granule_ != 0 || start64 >= granules_ ||
-      state_[start64] != kUsedStart || uint64_t{size_[start64]} * granule_ != extent.length) {
+  if (extent.offset % granule_ != 0 || start64 >= granules_ || state_[start64] != kUsedStart ||
+      uint64_t{size_[start64]} * granule_ != extent.length) {
     std::fprintf(stderr, "ExtentAllocator: free of an extent not allocated (offset %llu)\n",
                  static_cast<unsigned long long>(extent.offset));
     std::abort();

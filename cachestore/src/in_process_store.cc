@@ -19,8 +19,7 @@ class InProcessStore final : public Store {
                               Nanos write_lease_ttl) override {
     return store_->Reserve(caller_, model, blocks, write_lease_ttl);
   }
-  Result<PublishResult> Publish(LeaseId write_lease,
-                                std::span<const uint64_t> checksums) override {
+  Result<PublishResult> Publish(LeaseId write_lease, std::span<const uint64_t> checksums) override {
     return store_->Publish(caller_, write_lease, checksums);
   }
   Result<PublishResult> Commit(const ModelId& model,

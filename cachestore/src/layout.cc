@@ -43,8 +43,10 @@ uint32_t HeaderBytesFor(size_t groups) {
 
 std::string_view StateKindName(StateKind kind) {
   switch (kind) {
-    case StateKind::kGlobalKv: return "GLOBAL_KV";
-    case StateKind::kSwaState: return "SWA_STATE";
+    case StateKind::kGlobalKv:
+      return "GLOBAL_KV";
+    case StateKind::kSwaState:
+      return "SWA_STATE";
   }
   return "UNKNOWN";
 }
@@ -243,8 +245,8 @@ Result<PayloadHeader> ParsePayloadHeader(std::span<const std::byte> payload) {
 
 Status CheckHeaderMatchesLayout(const PayloadHeader& header, const Layout& layout) {
   if (header.layout_id != layout.id || header.kind != layout.kind) {
-    return InvalidArgument("payload header names layout " + std::to_string(header.layout_id) +
-                           "/" + std::string(StateKindName(header.kind)) + ", expected " +
+    return InvalidArgument("payload header names layout " + std::to_string(header.layout_id) + "/" +
+                           std::string(StateKindName(header.kind)) + ", expected " +
                            std::to_string(layout.id) + "/" +
                            std::string(StateKindName(layout.kind)));
   }

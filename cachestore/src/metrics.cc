@@ -126,8 +126,9 @@ MetricsRegistry::Series* MetricsRegistry::FindOrAdd(const std::string& name,
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
     const std::string& label = sorted[i].first;
-    if (!IsValidName(label, /*allow_colon=*/false)) Die("invalid label name", name + "/" + label);
-    if (i > 0 && label == sorted[i - 1].first) Die("duplicate label name", name + "/" + label);
+    const std::string where = std::string(name).append("/").append(label);
+    if (!IsValidName(label, /*allow_colon=*/false)) Die("invalid label name", where);
+    if (i > 0 && label == sorted[i - 1].first) Die("duplicate label name", where);
     // "le" would clash with the bucket label in the rendered output.
     if (type == Type::kHistogram && label == "le") Die("reserved label name", name + "/le");
   }
@@ -197,12 +198,14 @@ std::string MetricsRegistry::RenderPrometheus() const {
           for (size_t i = 0; i < counts.size(); ++i) {
             cumulative += counts[i];
             const std::string le = i < bounds.size() ? FormatDouble(bounds[i]) : "+Inf";
-            out += name + "_bucket" + RenderLabels(s.labels, "le", le) + " " +
-                   std::to_string(cumulative) + "\n";
+            out.append(name).append("_bucket").append(RenderLabels(s.labels, "le", le));
+            out.append(" ").append(std::to_string(cumulative)).append("\n");
           }
-          out += name + "_sum" + labels + " " + FormatDouble(s.histogram->Sum()) + "\n";
+          out.append(name).append("_sum").append(labels).append(" ");
+          out.append(FormatDouble(s.histogram->Sum())).append("\n");
           // Same snapshot as the buckets, so _count always equals the +Inf bucket.
-          out += name + "_count" + labels + " " + std::to_string(cumulative) + "\n";
+          out.append(name).append("_count").append(labels).append(" ");
+          out.append(std::to_string(cumulative)).append("\n");
           break;
         }
       }

@@ -4,9 +4,12 @@ namespace strata {
 
 std::string_view TierName(Tier tier) {
   switch (tier) {
-    case Tier::kHbm: return "HBM";
-    case Tier::kDram: return "DRAM";
-    case Tier::kSsd: return "SSD";
+    case Tier::kHbm:
+      return "HBM";
+    case Tier::kDram:
+      return "DRAM";
+    case Tier::kSsd:
+      return "SSD";
   }
   return "UNKNOWN";
 }

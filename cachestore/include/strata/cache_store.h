@@ -36,9 +36,9 @@ struct CacheStoreOptions {
   // Background expiry of leases and TTLs and watermark eviction; 0 leaves
   // it to explicit RunMaintenance() calls (tests with a ManualClock).
   Nanos maintenance_interval = 100 * kNanosPerMilli;
-  const Clock* clock = nullptr;          // default: SteadyClock
-  MetricsRegistry* metrics = nullptr;    // default: the store's own registry
-  std::vector<Layout> extra_layouts;     // besides the built-in V4.1 layouts
+  const Clock* clock = nullptr;        // default: SteadyClock
+  MetricsRegistry* metrics = nullptr;  // default: the store's own registry
+  std::vector<Layout> extra_layouts;   // besides the built-in V4.1 layouts
 };
 
 enum class EvictReason : uint8_t { kCapacity, kWatermark, kTtl, kExplicit, kChecksum, kCount };
@@ -107,6 +107,7 @@ class CacheStore {
   // Reserve + copy + Publish in one call.
   Result<PublishResult> Commit(const Principal& caller, const ModelId& model,
                                std::span<const CommitPayload> payloads);
+  // Extends a live lease to now + ttl (0: the default read lease ttl).
   Status RenewLease(const Principal& caller, LeaseId lease, Nanos ttl);
   // Ends a read lease or drops a reservation. Unknown or ended leases are
   // fine: abort is safe to repeat.

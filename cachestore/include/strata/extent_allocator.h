@@ -50,10 +50,10 @@ class ExtentAllocator {
   uint32_t granules_;
   uint32_t used_granules_ = 0;
   uint64_t allocated_extents_ = 0;
-  std::vector<uint32_t> size_;   // at an extent's first granule: its length
-  std::vector<uint32_t> head_;   // at a free extent's last granule: its first
-  std::vector<uint8_t> state_;   // kFreeEdge at both ends of a free extent
-  std::vector<uint32_t> next_;   // free-list links, at a free extent's start
+  std::vector<uint32_t> size_;  // at an extent's first granule: its length
+  std::vector<uint32_t> head_;  // at a free extent's last granule: its first
+  std::vector<uint8_t> state_;  // kFreeEdge at both ends of a free extent
+  std::vector<uint32_t> next_;  // free-list links, at a free extent's start
   std::vector<uint32_t> prev_;
   uint32_t class_head_[kClasses];
   uint64_t nonempty_ = 0;  // bit c set when class c has a free extent

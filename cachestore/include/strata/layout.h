@@ -47,7 +47,7 @@ struct ScaledFormat {
     return uint64_t{values} * value_bits / 8 + uint64_t{values} / scale_group * scale_bits / 8;
   }
 };
-constexpr ScaledFormat kMainKvEntry{512, 4, 16, 8};  // FP4 e2m1 + one scale byte per 16
+constexpr ScaledFormat kMainKvEntry{512, 4, 16, 8};   // FP4 e2m1 + one scale byte per 16
 constexpr ScaledFormat kIndexerEntry{128, 4, 32, 8};  // FP4 e2m1 + one scale byte per 32
 constexpr ScaledFormat kSwaPosition{512, 8, 32, 8};   // MXFP8 e4m3 + E8M0 per 32
 static_assert(kMainKvEntry.Bytes() == 288 && kIndexerEntry.Bytes() == 68);
@@ -83,8 +83,8 @@ struct GlobalKvShape {
   uint32_t block_tokens = 256;
   ScaledFormat main = kMainKvEntry;
   ScaledFormat indexer = kIndexerEntry;
-  std::vector<GlobalKvSource> sources = {{"encoder.stride1", 1}, {"encoder.stride2", 2},
-                                         {"decoder.stride1", 1}};
+  std::vector<GlobalKvSource> sources = {
+      {"encoder.stride1", 1}, {"encoder.stride2", 2}, {"decoder.stride1", 1}};
   // Bytes of global KV per raw token (may be fractional per source; exact
   // for the whole block).
   double BytesPerToken() const;

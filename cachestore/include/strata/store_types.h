@@ -36,8 +36,8 @@ std::string_view TierName(Tier tier);
 using LeaseId = uint64_t;
 
 // Limits on one request; larger inputs get INVALID_ARGUMENT.
-constexpr size_t kMaxPromptTokens = 1u << 20;     // 1,048,576 tokens
-constexpr size_t kMaxBlocksPerCall = 4096;        // keys per match/commit
+constexpr size_t kMaxPromptTokens = 1u << 20;       // 1,048,576 tokens
+constexpr size_t kMaxBlocksPerCall = 4096;          // keys per match/commit
 constexpr uint64_t kMaxPayloadBytes = 64ull << 20;  // one entry
 constexpr uint32_t kMinBlockTokens = 1;
 constexpr uint32_t kMaxBlockTokens = 65536;
@@ -47,12 +47,15 @@ constexpr Nanos kMaxLeaseTtl = Minutes(10);
 
 struct MatchRequest {
   ModelId model_id;
-  std::string extra;                    // feeds key[0], see chain_key.h
-  std::span<const uint32_t> tokens;     // borrowed for the call
-  std::span<const MultimodalRef> mm;    // sorted by position
+  std::string extra;                  // feeds key[0], see chain_key.h
+  std::span<const uint32_t> tokens;   // borrowed for the call
+  std::span<const MultimodalRef> mm;  // sorted by position
   uint32_t block_tokens = 256;
   bool want_swa = true;
-  Nanos lease_ttl = 0;  // > 0: take read leases on every hit (and the SWA entry)
+  // Take a read lease on every hit (and the SWA entry) so they cannot be
+  // evicted before the fetch; lease_ttl 0 means the store's default (10 s).
+  bool take_lease = false;
+  Nanos lease_ttl = 0;
 };
 
 struct BlockMatch {
@@ -70,11 +73,11 @@ struct SwaMatch {
 struct MatchResult {
   ModelId model_id;
   uint32_t block_tokens = 0;
-  uint32_t prompt_blocks = 0;        // full blocks in the prompt
-  std::vector<BlockMatch> blocks;    // leading run of GLOBAL_KV hits, from block 0
-  ChainKey prefix_key;               // key[blocks.size()]: parent of the first missing block
-  std::optional<SwaMatch> swa;       // deepest boundary <= blocks.size() with SWA state
-  LeaseId lease = 0;                 // read lease over blocks and swa; release with Abort
+  uint32_t prompt_blocks = 0;      // full blocks in the prompt
+  std::vector<BlockMatch> blocks;  // leading run of GLOBAL_KV hits, from block 0
+  ChainKey prefix_key;             // key[blocks.size()]: parent of the first missing block
+  std::optional<SwaMatch> swa;     // deepest boundary <= blocks.size() with SWA state
+  LeaseId lease = 0;               // read lease over blocks and swa; release with Abort
   Nanos lease_expiry = 0;
 
   uint64_t hit_tokens() const { return uint64_t{block_tokens} * blocks.size(); }
@@ -84,10 +87,10 @@ struct MatchResult {
 
 struct FetchEvent {
   enum class Type : uint8_t {
-    kGroupReady,     // `group` of `block` arrived and passed its checksum
-    kLayerGroupDone, // `group` is ready in every block of the usable prefix
-    kBlockReady,     // every group of `block` is ready
-    kSwaReady,       // the SWA state is ready
+    kGroupReady,      // `group` of `block` arrived and passed its checksum
+    kLayerGroupDone,  // `group` is ready in every block of the usable prefix
+    kBlockReady,      // every group of `block` is ready
+    kSwaReady,        // the SWA state is ready
   };
   Type type;
   uint32_t block = 0;
