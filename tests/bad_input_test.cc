@@ -137,6 +137,39 @@ TEST_F(BadInputTest, FetchRejectsMalformedRequests) {
   EXPECT_EQ(t_.store->Fetch(t_.writer, req).Wait().status.code(), StatusCode::kLeaseExpired);
 }
 
+TEST_F(BadInputTest, FetchNeverTrustsAnAlteredMatchResult) {
+  const auto a = Tokens(8, 3), b = Tokens(8, 4);
+  ASSERT_TRUE(t_.CommitBlocks(a, 0, 2).ok());
+  ASSERT_TRUE(t_.CommitBlocks(b, 0, 2).ok());
+  expected_used_ = t_.store->Stats().used_bytes;
+  auto ma = t_.store->Match(t_.writer, t_.Request(a, Seconds(10))).value();
+  auto mb = t_.store->Match(t_.writer, t_.Request(b, Seconds(10))).value();
+  std::vector<std::byte> buf(ma.blocks[0].payload_bytes);
+  // b's blocks under a's lease: refused, nothing copied.
+  MatchResult mixed = mb;
+  mixed.lease = ma.lease;
+  FetchRequest req;
+  req.match = &mixed;
+  req.block_buffers = {buf};
+  FetchOutcome out = t_.store->Fetch(t_.writer, req).Wait();
+  EXPECT_EQ(out.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.blocks_ready, 0u);
+  // A payload size shrunk to pass the buffer check is caught before any copy
+  // (under ASan this would otherwise be an overflow).
+  MatchResult shrunk = ma;
+  shrunk.blocks[0].payload_bytes = 8;
+  std::vector<std::byte> tiny(8);
+  req.match = &shrunk;
+  req.block_buffers = {tiny};
+  out = t_.store->Fetch(t_.writer, req).Wait();
+  EXPECT_EQ(out.status.code(), StatusCode::kInvalidArgument);
+  shrunk.lease = 0;  // the same through a lookup instead of the lease
+  out = t_.store->Fetch(t_.writer, req).Wait();
+  EXPECT_EQ(out.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(t_.store->Abort(t_.writer, ma.lease).ok());
+  EXPECT_TRUE(t_.store->Abort(t_.writer, mb.lease).ok());
+}
+
 TEST_F(BadInputTest, LayoutRegistrationIsChecked) {
   Layout empty{500, StateKind::kGlobalKv, 4, {}};
   EXPECT_EQ(t_.store->RegisterLayout(empty).code(), StatusCode::kInvalidArgument);

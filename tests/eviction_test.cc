@@ -156,5 +156,18 @@ TEST_F(EvictionTest, DeleteCascadesToDescendants) {
   EXPECT_EQ(Hits(b), 1u);
 }
 
+TEST_F(EvictionTest, DeepChainsDeleteWithoutRecursion) {
+  constexpr size_t kBlocks = 20000;
+  MakeStore(kBlocks + 8);
+  const auto a = Tokens(kBlocks * testing::kTinyBlockTokens, 16);
+  for (size_t b = 0; b < kBlocks; b += 2000) {
+    ASSERT_EQ(t_->CommitBlocks(a, b, b + 2000)->published, 2000u);
+  }
+  EXPECT_EQ(t_->store->Stats().global_kv_entries, kBlocks);
+  ASSERT_TRUE(t_->store->Delete(t_->writer, t_->Keys(a, t_->writer)[0], StateKind::kGlobalKv).ok());
+  EXPECT_EQ(t_->store->Stats().global_kv_entries, 0u);
+  EXPECT_EQ(t_->store->Stats().used_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace strata

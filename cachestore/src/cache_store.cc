@@ -235,11 +235,9 @@ struct CacheStore::Impl {
     pool.Release(e);
   }
 
-  // Deletes `e` and its descendants; pinned ones become kDeleting and go
-  // when their last pin does. Returns how many were removed or marked.
-  uint64_t DeleteSubtreeLocked(Entry* e, EvictReason reason) {
-    uint64_t n = 0;
-    while (e->first_child != nullptr) n += DeleteSubtreeLocked(e->first_child, reason);
+  // Deletes one committed entry without children; a pinned one becomes
+  // kDeleting and goes when its last pin does.
+  void DeleteLeafLocked(Entry* e, EvictReason reason) {
     TreeUnlink(e);
     policy->OnErase(e);
     TtlUnlink(e);
@@ -254,11 +252,25 @@ struct CacheStore::Impl {
           CountEntry(e, -1);
           ++deleting_entries;
         }
-        return n + 1;
+        return;
       }
     }
     EraseLocked(e);
-    return n + 1;
+  }
+
+  // Deletes `root` and every descendant, leaves first. Iterative: chains
+  // can be far deeper than the stack. Returns how many entries went.
+  uint64_t DeleteSubtreeLocked(Entry* root, EvictReason reason) {
+    uint64_t n = 0;
+    Entry* e = root;
+    while (true) {
+      while (e->first_child != nullptr) e = e->first_child;
+      Entry* up = e == root ? nullptr : e->parent;
+      DeleteLeafLocked(e, reason);
+      ++n;
+      if (up == nullptr) return n;
+      e = up;
+    }
   }
 
   bool EvictableLocked(const Entry& e, Nanos now) const {
@@ -695,6 +707,11 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   };
   for (uint32_t b = 0; b < usable; ++b) {
     Entry* e = pinned[b].entry;
+    if (e->key.chain != match.blocks[b].key || e->payload_bytes > req.block_buffers[b].size()) {
+      // A match result altered by the caller, or a lease from another match.
+      cut(b, InvalidArgument("block " + std::to_string(b) + " does not match its lease entry"));
+      break;
+    }
     const Layout* layout = s.FindLayout(e->layout_id);
     const std::span<const std::byte> src = s.arena->Bytes(e->extent, e->payload_bytes);
     const uint32_t hb = layout->HeaderBytes();
@@ -749,7 +766,10 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   // 4. The SWA state, when the prefix it belongs to arrived whole.
   // The SWA state is useless past a prefix that a failure cut short.
   const bool prefix_intact = usable == n || usable >= (want_swa ? match.swa->boundary_blocks : 0);
-  if (swa_ref.entry != nullptr && prefix_intact) {
+  if (swa_ref.entry != nullptr && (swa_ref.entry->key.chain != match.swa->entry.key ||
+                                   swa_ref.entry->payload_bytes > req.swa_buffer.size())) {
+    if (status.ok()) status = InvalidArgument("SWA entry does not match the lease");
+  } else if (swa_ref.entry != nullptr && prefix_intact) {
     Entry* e = swa_ref.entry;
     const Layout* layout = s.FindLayout(e->layout_id);
     std::memcpy(req.swa_buffer.data(), s.arena->Bytes(e->extent, e->payload_bytes).data(),
@@ -983,7 +1003,11 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
   for (Entry* e : published) {
     const bool attaches = e->parent != nullptr && std::find(published.begin(), published.end(),
                                                             e->parent) == published.end();
-    for (Entry* a = attaches ? e->parent : nullptr; a != nullptr; a = a->parent) {
+    // Bounded: ordering is an optimisation (leaf-only eviction is what keeps
+    // the tree prefix-safe), and a chain grown block by block gets deep.
+    size_t depth = 0;
+    for (Entry* a = attaches ? e->parent : nullptr; a != nullptr && depth < kMaxBlocksPerCall;
+         a = a->parent, ++depth) {
       s.policy->OnAccess(a);
     }
   }
