@@ -2,6 +2,8 @@
 // block eviction, and TTL expiry.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "strata/cache_store.h"
 #include "test_util.h"
 
@@ -167,6 +169,74 @@ TEST_F(EvictionTest, DeepChainsDeleteWithoutRecursion) {
   ASSERT_TRUE(t_->store->Delete(t_->writer, t_->Keys(a, t_->writer)[0], StateKind::kGlobalKv).ok());
   EXPECT_EQ(t_->store->Stats().global_kv_entries, 0u);
   EXPECT_EQ(t_->store->Stats().used_bytes, 0u);
+}
+
+// What every policy must guarantee, whatever it prefers to evict.
+class PolicySafetyTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  size_t Hits(TestStore& t, const std::vector<uint32_t>& tokens) {
+    return t.store->Match(t.writer, t.Request(tokens))->blocks.size();
+  }
+};
+
+TEST_P(PolicySafetyTest, LeasedAndPinnedEntriesSurviveAnyPressure) {
+  TestStore t(12 * kSlot, 1.0, 1.0, GetParam());
+  const auto leased = Tokens(12, 1), pinned = Tokens(8, 2);
+  ASSERT_TRUE(t.CommitBlocks(leased, 0, 3).ok());
+  ASSERT_TRUE(t.CommitBlocks(pinned, 0, 2).ok());
+  auto m = t.store->Match(t.writer, t.Request(leased, Minutes(5))).value();
+  const auto pk = t.Keys(pinned, t.writer);
+  ASSERT_TRUE(t.store->Pin(t.writer, pk[0], StateKind::kGlobalKv, Minutes(5)).ok());
+  ASSERT_TRUE(t.store->Pin(t.writer, pk[1], StateKind::kGlobalKv, Minutes(5)).ok());
+  for (uint32_t i = 0; i < 60; ++i) {
+    const auto other = Tokens(4 * (1 + i % 4), 1000 + i);
+    auto r = t.CommitBlocks(other, 0, 1 + i % 4);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (i % 3 == 0) Hits(t, other);  // some reuse, so promotions happen too
+    ASSERT_TRUE(t.store->CheckInvariantsForTesting().ok());
+  }
+  EXPECT_EQ(Hits(t, leased), 3u);
+  EXPECT_EQ(Hits(t, pinned), 2u);
+  EXPECT_TRUE(t.store->Abort(t.writer, m.lease).ok());
+}
+
+TEST_P(PolicySafetyTest, EvictionIsPrefixSafeUnderChurn) {
+  // Families of prompts share prefixes; capacity is a fraction of the data.
+  TestStore t(40 * kSlot, 0.9, 0.7, GetParam());
+  std::mt19937 rng(7);
+  for (int step = 0; step < 600; ++step) {
+    auto tokens = Tokens(40, 100 + rng() % 6);  // 6 families
+    auto tail = Tokens(40, 5000 + rng() % 40);
+    const size_t diverge = 4 * (1 + rng() % 8);
+    std::copy(tail.begin(), tail.begin() + (40 - diverge), tokens.begin() + diverge);
+    const size_t hit = Hits(t, tokens);
+    auto r = t.CommitBlocks(tokens, hit, 10);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // Every stored block's ancestors are stored (the invariant check walks
+    // the tree); and a match never returns a gap.
+    Status st = t.store->CheckInvariantsForTesting();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_GT(t.store->Stats().evictions[static_cast<size_t>(EvictReason::kWatermark)] +
+                t.store->Stats().evictions[static_cast<size_t>(EvictReason::kCapacity)],
+            0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PolicySafetyTest, ::testing::Values("lru", "aslru"));
+
+TEST(AslruTest, ProtectsReusedEntriesFromAScan) {
+  // Three blocks hit repeatedly, then a long scan of one-off blocks: LRU
+  // loses the reused blocks, the adaptive segmented LRU keeps them.
+  auto run = [](const std::string& policy) {
+    TestStore t(20 * kSlot, 1.0, 1.0, policy);
+    const auto hot = Tokens(12, 1);
+    EXPECT_TRUE(t.CommitBlocks(hot, 0, 3).ok());
+    for (int i = 0; i < 3; ++i) t.store->Match(t.writer, t.Request(hot)).value();
+    for (uint32_t i = 0; i < 30; ++i) EXPECT_TRUE(t.CommitBlocks(Tokens(4, 100 + i), 0, 1).ok());
+    return t.store->Match(t.writer, t.Request(hot))->blocks.size();
+  };
+  EXPECT_EQ(run("lru"), 0u);
+  EXPECT_EQ(run("aslru"), 3u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "strata/cache_store.h"
@@ -65,7 +66,8 @@ struct TestStore {
   std::unique_ptr<CacheStore> store;
   Principal writer{"tenant-a", Role::kAdmin};
 
-  explicit TestStore(uint64_t capacity = 1 << 20, double high = 0.95, double low = 0.85) {
+  explicit TestStore(uint64_t capacity = 1 << 20, double high = 0.95, double low = 0.85,
+                     const std::string& policy = "lru") {
     CacheStoreOptions o;
     o.dram.capacity_bytes = capacity;
     o.dram.granule_bytes = 256;
@@ -76,6 +78,7 @@ struct TestStore {
     o.maintenance_interval = 0;
     o.clock = &clock;
     o.index_shards = 8;
+    o.eviction_policy = policy;
     o.extra_layouts = {TinyGlobalLayout(), TinySwaLayout()};
     store = CacheStore::Open(o).value();
   }

@@ -112,6 +112,7 @@ struct CacheStore::Impl {
   Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, commit order
   Entry* ttl_tail[2] = {nullptr, nullptr};
   uint64_t reserved_entries = 0;  // structure_mu
+  uint64_t reserved_bytes = 0;    // structure_mu; their extents
   uint64_t deleting_entries = 0;  // structure_mu
   std::atomic<uint64_t> payload_bytes{0};
   std::atomic<uint64_t> evictions[static_cast<size_t>(EvictReason::kCount)] = {};
@@ -224,7 +225,10 @@ struct CacheStore::Impl {
       shard.map.erase(e->key);
     }
     if (state == EntryState::kCommitted) CountEntry(e, -1);
-    if (state == EntryState::kReserved) --reserved_entries;
+    if (state == EntryState::kReserved) {
+      --reserved_entries;
+      reserved_bytes -= e->extent.length;
+    }
     if (state == EntryState::kDeleting) --deleting_entries;
     policy->OnErase(e);
     TtlUnlink(e);
@@ -279,9 +283,9 @@ struct CacheStore::Impl {
   }
 
   // Evicts one victim; false when nothing may go.
-  bool EvictOneLocked(EvictReason reason, Nanos now) {
-    Entry* victim =
-        policy->PickVictim([&](const Entry& e) { return EvictableLocked(e, now); }, kMaxVictimScan);
+  bool EvictOneLocked(EvictReason reason, Nanos now, uint64_t incoming_bytes = 0) {
+    Entry* victim = policy->PickVictim([&](const Entry& e) { return EvictableLocked(e, now); },
+                                       kMaxVictimScan, reserved_bytes + incoming_bytes);
     if (victim == nullptr) return false;
     {
       // Re-check under the shard lock: a reader may have pinned it since.
@@ -310,7 +314,7 @@ struct CacheStore::Impl {
   std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now) {
     for (size_t attempt = 0; attempt < kMaxVictimScan; ++attempt) {
       if (auto extent = arena->Allocate(bytes)) return extent;
-      if (!EvictOneLocked(EvictReason::kCapacity, now)) break;
+      if (!EvictOneLocked(EvictReason::kCapacity, now, bytes)) break;
     }
     return std::nullopt;
   }
@@ -431,12 +435,12 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   } else {
     impl->registry = options.metrics;
   }
-  auto policy = MakeEvictionPolicy(options.eviction_policy);
-  if (!policy.ok()) return policy.status();
-  impl->policy = std::move(policy).value();
   auto arena = DramArena::Create(options.dram);
   if (!arena.ok()) return arena.status();
   impl->arena = std::move(arena).value();
+  auto policy = MakeEvictionPolicy(options.eviction_policy, impl->arena->capacity_bytes());
+  if (!policy.ok()) return policy.status();
+  impl->policy = std::move(policy).value();
   impl->shards = std::make_unique<Impl::Shard[]>(options.index_shards);
   impl->shard_mask = options.index_shards - 1;
 
@@ -522,108 +526,160 @@ Status CacheStore::RegisterLayout(const Layout& layout) {
 
 // ---- match ------------------------------------------------------------------
 
+namespace {
+
+Status ValidateMatchOptions(uint32_t block_tokens, Nanos lease_ttl, size_t blocks) {
+  if (block_tokens < kMinBlockTokens || block_tokens > kMaxBlockTokens) {
+    return InvalidArgument("block_tokens must be in 1.." + std::to_string(kMaxBlockTokens));
+  }
+  if (lease_ttl < 0 || lease_ttl > kMaxLeaseTtl) {
+    return InvalidArgument("lease ttl outside 0.." + std::to_string(kMaxLeaseTtl) + " ns");
+  }
+  if (blocks > kMaxBlocksPerCall) {
+    return InvalidArgument("prompt spans more than " + std::to_string(kMaxBlocksPerCall) +
+                           " blocks");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// One match in progress: looks blocks up in order, pins them if asked, then
+// touches, leases and accounts for them. Shared by Match and MatchKeys.
+class CacheStore::PrefixLookup {
+ public:
+  PrefixLookup(Impl& s, const Principal& caller, const ModelId& model, uint32_t block_tokens,
+               uint32_t prompt_blocks, bool lease, Nanos lease_ttl)
+      : s_(s),
+        ns_(s.FindNamespace(caller.ns)),
+        lease_(lease),
+        lease_ttl_(lease_ttl > 0 ? lease_ttl : s.opts.default_read_lease_ttl),
+        start_(s.clock->Now()) {
+    result_.model_id = model;
+    result_.block_tokens = block_tokens;
+    result_.prompt_blocks = prompt_blocks;
+    if (ns_.has_value()) {
+      hits_.reserve(prompt_blocks);
+      result_.blocks.reserve(prompt_blocks);
+    }
+  }
+
+  // Looks up the next block; false (stop) on a miss.
+  bool Visit(const ChainKey& key) {
+    if (!ns_.has_value()) return false;  // a namespace that never stored anything
+    const EntryKey k{*ns_, StateKind::kGlobalKv, key};
+    Entry* e = Pin(k);
+    if (e == nullptr) return false;
+    result_.blocks.push_back({key, Tier::kDram, e->layout_id, e->payload_bytes});
+    return true;
+  }
+
+  // The deepest SWA state at or below the hit run.
+  void FindSwa() {
+    const uint32_t hit = static_cast<uint32_t>(result_.blocks.size());
+    const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
+    for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
+      const EntryKey k{*ns_, StateKind::kSwaState, result_.blocks[b - 1].key};
+      if (Entry* e = Pin(k)) {
+        result_.swa = SwaMatch{b, {k.chain, Tier::kDram, e->layout_id, e->payload_bytes}};
+        return;
+      }
+    }
+  }
+
+  // Drops the pins of a match that failed half way.
+  void Abandon() {
+    if (!lease_) return;
+    for (const EntryRef& ref : hits_) s_.Unpin(ref, /*lease=*/true);
+  }
+
+  MatchResult Finish(const ChainKey& root, uint64_t prompt_tokens) {
+    result_.prefix_key = result_.blocks.empty() ? root : result_.blocks.back().key;
+    if (!hits_.empty()) {
+      // Touch root-last so ancestors stay younger than descendants (the SWA
+      // entry, if any, is last in `hits_` and touched first).
+      std::lock_guard lock(s_.structure_mu);
+      for (size_t i = hits_.size(); i-- > 0;) {
+        const EntryRef& ref = hits_[i];
+        if (ref.entry->generation == ref.generation && ref.entry->in_policy) {
+          s_.policy->OnAccess(ref.entry);
+        }
+      }
+    }
+    if (lease_ && !hits_.empty()) {
+      LeaseRecord rec;
+      rec.ns = *ns_;
+      rec.expiry = start_ + lease_ttl_;
+      rec.entries = hits_;
+      result_.lease = s_.leases.Grant(std::move(rec));
+      result_.lease_expiry = start_ + lease_ttl_;
+      s_.m.leases_live_read->Add(1);
+    }
+    uint64_t hit_bytes = 0;
+    for (const BlockMatch& b : result_.blocks) hit_bytes += b.payload_bytes;
+    s_.m.match_requests->Increment();
+    s_.m.match_tokens->Increment(prompt_tokens);
+    s_.m.hit_tokens->Increment(result_.hit_tokens());
+    s_.m.hit_bytes->Increment(hit_bytes);
+    s_.m.lookup_seconds->Observe(SecondsSince(*s_.clock, start_));
+    return std::move(result_);
+  }
+
+ private:
+  Entry* Pin(const EntryKey& k) {
+    Impl::Shard& shard = s_.ShardFor(k);
+    std::shared_lock lock(shard.mu);
+    Entry* e = s_.FindVisibleLocked(shard, k, start_);
+    if (e == nullptr) return nullptr;
+    if (lease_) e->leases.fetch_add(1);
+    e->hits.fetch_add(1, std::memory_order_relaxed);
+    hits_.push_back({e, e->generation});
+    return e;
+  }
+
+  Impl& s_;
+  const std::optional<uint32_t> ns_;
+  const bool lease_;
+  const Nanos lease_ttl_;
+  const Nanos start_;
+  std::vector<EntryRef> hits_;
+  MatchResult result_;
+};
+
 Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchRequest& req) {
-  Impl& s = *impl_;
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   if (req.tokens.size() > kMaxPromptTokens) {
     return InvalidArgument("prompt of " + std::to_string(req.tokens.size()) +
                            " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
   }
-  if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
-    return InvalidArgument("block_tokens must be in 1.." + std::to_string(kMaxBlockTokens));
-  }
-  if (req.lease_ttl < 0 || req.lease_ttl > kMaxLeaseTtl) {
-    return InvalidArgument("lease ttl outside 0.." + std::to_string(kMaxLeaseTtl) + " ns");
-  }
-  if (req.tokens.size() / req.block_tokens > kMaxBlocksPerCall) {
-    return InvalidArgument("prompt spans more than " + std::to_string(kMaxBlocksPerCall) +
-                           " blocks");
-  }
-  const Nanos start = s.clock->Now();
-  MatchResult result;
-  result.model_id = req.model_id;
-  result.block_tokens = req.block_tokens;
-  result.prompt_blocks = static_cast<uint32_t>(req.tokens.size() / req.block_tokens);
+  const size_t blocks = req.block_tokens == 0 ? 0 : req.tokens.size() / req.block_tokens;
+  STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, blocks));
   const ChainRoot root{caller.ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
-  result.prefix_key = ChainKeys::Root(root);
-  s.m.match_requests->Increment();
-  s.m.match_tokens->Increment(req.tokens.size());
-
-  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
-  const bool lease = req.take_lease;
-  const Nanos lease_ttl = req.lease_ttl > 0 ? req.lease_ttl : s.opts.default_read_lease_ttl;
-  std::vector<EntryRef> hits;
-  if (ns.has_value()) {
-    hits.reserve(result.prompt_blocks);
-    result.blocks.reserve(result.prompt_blocks);
-    // Hash block by block and stop at the first miss: the rest of the
-    // prompt cannot hit and need not be hashed.
-    auto keys = ChainKeys::ForPrompt(
-        root, req.tokens, req.block_tokens, req.mm, [&](size_t, const ChainKey& key) {
-          const EntryKey k{*ns, StateKind::kGlobalKv, key};
-          Impl::Shard& shard = s.ShardFor(k);
-          std::shared_lock lock(shard.mu);
-          Entry* e = s.FindVisibleLocked(shard, k, start);
-          if (e == nullptr) return false;
-          if (lease) e->leases.fetch_add(1);
-          e->hits.fetch_add(1, std::memory_order_relaxed);
-          hits.push_back({e, e->generation});
-          result.blocks.push_back({key, Tier::kDram, e->layout_id, e->payload_bytes});
-          return true;
-        });
-    if (!keys.ok()) {
-      for (const EntryRef& ref : hits) {
-        if (lease) s.Unpin(ref, /*lease=*/true);
-      }
-      return keys.status();
-    }
-    if (!result.blocks.empty()) result.prefix_key = result.blocks.back().key;
-
-    if (req.want_swa) {
-      const uint32_t hit = static_cast<uint32_t>(result.blocks.size());
-      const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
-      for (uint32_t b = hit; b >= lowest && b > 0; --b) {
-        const EntryKey k{*ns, StateKind::kSwaState, result.blocks[b - 1].key};
-        Impl::Shard& shard = s.ShardFor(k);
-        std::shared_lock lock(shard.mu);
-        Entry* e = s.FindVisibleLocked(shard, k, start);
-        if (e == nullptr) continue;
-        if (lease) e->leases.fetch_add(1);
-        e->hits.fetch_add(1, std::memory_order_relaxed);
-        hits.push_back({e, e->generation});
-        result.swa = SwaMatch{b, {k.chain, Tier::kDram, e->layout_id, e->payload_bytes}};
-        break;
-      }
-    }
+  PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens, static_cast<uint32_t>(blocks),
+                      req.take_lease, req.lease_ttl);
+  // Hash block by block and stop at the first miss: the rest of the prompt
+  // cannot hit and need not be hashed.
+  auto keys = ChainKeys::ForPrompt(root, req.tokens, req.block_tokens, req.mm,
+                                   [&](size_t, const ChainKey& key) { return lookup.Visit(key); });
+  if (!keys.ok()) {
+    lookup.Abandon();
+    return keys.status();
   }
+  if (req.want_swa) lookup.FindSwa();
+  return lookup.Finish(ChainKeys::Root(root), req.tokens.size());
+}
 
-  if (!hits.empty()) {
-    // Touch root-last so ancestors stay younger than descendants (the SWA
-    // entry, if any, is last in `hits` and touched first).
-    std::lock_guard lock(s.structure_mu);
-    for (size_t i = hits.size(); i-- > 0;) {
-      const EntryRef& ref = hits[i];
-      if (ref.entry->generation == ref.generation && ref.entry->in_policy) {
-        s.policy->OnAccess(ref.entry);
-      }
-    }
+Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKeysRequest& req) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
+  STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
+  PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
+                      static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl);
+  for (const ChainKey& key : req.keys) {
+    if (!lookup.Visit(key)) break;
   }
-  if (lease && !hits.empty()) {
-    LeaseRecord rec;
-    rec.ns = *ns;
-    rec.expiry = start + lease_ttl;
-    rec.entries = hits;
-    result.lease = s.leases.Grant(std::move(rec));
-    result.lease_expiry = start + lease_ttl;
-    s.m.leases_live_read->Add(1);
-  }
-  uint64_t hit_bytes = 0;
-  for (const BlockMatch& b : result.blocks) hit_bytes += b.payload_bytes;
-  s.m.hit_tokens->Increment(result.hit_tokens());
-  s.m.hit_bytes->Increment(hit_bytes);
-  s.m.lookup_seconds->Observe(SecondsSince(*s.clock, start));
-  return result;
+  if (req.want_swa) lookup.FindSwa();
+  return lookup.Finish(req.root, uint64_t{req.block_tokens} * req.keys.size());
 }
 
 // ---- fetch ------------------------------------------------------------------
@@ -893,6 +949,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
         shard.map.emplace(k, e);
       }
       ++s.reserved_entries;
+      s.reserved_bytes += e->extent.length;
       s.payload_bytes.fetch_add(b.payload_bytes);
       rec.entries.push_back({e, e->generation});
       rec.positions.push_back(static_cast<uint32_t>(i));
@@ -990,6 +1047,7 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
       e->state.store(EntryState::kCommitted);
     }
     --s.reserved_entries;
+    s.reserved_bytes -= e->extent.length;
     s.CountEntry(e, +1);
     if (parent != nullptr) s.TreeLink(e, parent);
     s.TtlAppend(e);
@@ -1165,6 +1223,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
   const Impl& s = *impl_;
   std::lock_guard lock(s.structure_mu);
   uint64_t extents = 0, extent_bytes = 0, payload = 0, reserved = 0, deleting = 0;
+  uint64_t reserved_bytes = 0;
   uint64_t committed[2] = {0, 0};
   const Nanos now = s.clock->Now();
   for (uint32_t i = 0; i <= s.shard_mask; ++i) {
@@ -1177,6 +1236,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
       switch (e->state.load()) {
         case EntryState::kReserved:
           ++reserved;
+          reserved_bytes += e->extent.length;
           if (e->in_policy || e->in_ttl) return Internal("reserved entry is evictable");
           break;
         case EntryState::kDeleting:
@@ -1210,7 +1270,8 @@ Status CacheStore::CheckInvariantsForTesting() const {
   if (extents != s.arena->allocated_extents()) return Internal("arena extent count differs");
   if (!s.arena->CheckConsistency()) return Internal("arena allocator inconsistent");
   if (payload != s.payload_bytes.load()) return Internal("payload byte count drifted");
-  if (reserved != s.reserved_entries || deleting != s.deleting_entries) {
+  if (reserved != s.reserved_entries || deleting != s.deleting_entries ||
+      reserved_bytes != s.reserved_bytes) {
     return Internal("reserved/deleting counts drifted");
   }
   if (static_cast<int64_t>(committed[0]) != s.m.entries_global->Value() ||

@@ -2,60 +2,46 @@
 
 namespace strata {
 
-namespace {
+void EntryList::PushFront(Entry* e) {
+  e->policy_prev = nullptr;
+  e->policy_next = head;
+  if (head != nullptr) head->policy_prev = e;
+  head = e;
+  if (tail == nullptr) tail = e;
+  bytes += e->extent.length;
+  ++count;
+}
 
-// Most recent at head_, least recent at tail_.
-class LruPolicy final : public EvictionPolicy {
- public:
-  std::string_view name() const override { return "lru"; }
+void EntryList::Unlink(Entry* e) {
+  (e->policy_prev != nullptr ? e->policy_prev->policy_next : head) = e->policy_next;
+  (e->policy_next != nullptr ? e->policy_next->policy_prev : tail) = e->policy_prev;
+  e->policy_prev = e->policy_next = nullptr;
+  bytes -= e->extent.length;
+  --count;
+}
 
-  void OnInsert(Entry* e) override {
-    e->in_policy = true;
-    PushFront(e);
-  }
-  void OnAccess(Entry* e) override {
-    if (!e->in_policy || head_ == e) return;
-    Unlink(e);
-    PushFront(e);
-  }
-  void OnErase(Entry* e) override {
-    if (!e->in_policy) return;
-    Unlink(e);
-    e->in_policy = false;
-  }
-  Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan) override {
-    size_t scanned = 0;
-    for (Entry* e = tail_; e != nullptr && scanned < max_scan; e = e->policy_prev, ++scanned) {
-      if (evictable(*e)) return e;
+Entry* EntryList::FindFromTail(const std::function<bool(const Entry&)>& ok, size_t max_scan,
+                               bool descend) const {
+  size_t scanned = 0;
+  for (Entry* e = tail; e != nullptr && scanned < max_scan; e = e->policy_prev, ++scanned) {
+    if (ok(*e)) return e;
+    if (descend && e->first_child != nullptr) {
+      Entry* leaf = e;
+      while (leaf->first_child != nullptr && scanned < max_scan) {
+        leaf = leaf->first_child;
+        ++scanned;
+      }
+      if (leaf->first_child == nullptr && ok(*leaf)) return leaf;
     }
-    return nullptr;
   }
+  return nullptr;
+}
 
- private:
-  void PushFront(Entry* e) {
-    e->policy_prev = nullptr;
-    e->policy_next = head_;
-    if (head_ != nullptr) head_->policy_prev = e;
-    head_ = e;
-    if (tail_ == nullptr) tail_ = e;
-  }
-  void Unlink(Entry* e) {
-    (e->policy_prev != nullptr ? e->policy_prev->policy_next : head_) = e->policy_next;
-    (e->policy_next != nullptr ? e->policy_next->policy_prev : tail_) = e->policy_prev;
-    e->policy_prev = e->policy_next = nullptr;
-  }
-
-  Entry* head_ = nullptr;
-  Entry* tail_ = nullptr;
-};
-
-}  // namespace
-
-std::unique_ptr<EvictionPolicy> MakeLruPolicy() { return std::make_unique<LruPolicy>(); }
-
-Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name) {
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
+                                                           uint64_t capacity_bytes) {
   if (name == "lru") return MakeLruPolicy();
-  return InvalidArgument("unknown eviction policy '" + std::string(name) + "' (known: lru)");
+  if (name == "aslru") return MakeAdaptiveSlruPolicy(capacity_bytes);
+  return InvalidArgument("unknown eviction policy '" + std::string(name) + "' (known: lru, aslru)");
 }
 
 }  // namespace strata

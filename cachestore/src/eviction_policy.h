@@ -14,6 +14,28 @@
 
 namespace strata {
 
+// A doubly linked list threaded through Entry::policy_prev/next: most
+// recent at head, least recent at tail. An entry is on at most one list.
+struct EntryList {
+  Entry* head = nullptr;
+  Entry* tail = nullptr;
+  uint64_t bytes = 0;  // arena bytes (extent lengths), the unit of the tier's capacity
+  uint64_t count = 0;
+
+  void PushFront(Entry* e);
+  void Unlink(Entry* e);
+  void MoveToFront(Entry* e) {
+    Unlink(e);
+    PushFront(e);
+  }
+  // The first entry from the tail for which `ok` holds, within `max_scan`.
+  // With `descend`, an entry that only fails because it has descendants
+  // stands for its chain: its deepest first-child descendant is tried, so
+  // an old chain is trimmed from its end rather than skipped.
+  Entry* FindFromTail(const std::function<bool(const Entry&)>& ok, size_t max_scan,
+                      bool descend = false) const;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -22,16 +44,22 @@ class EvictionPolicy {
   virtual void OnAccess(Entry* e) = 0;
   virtual void OnErase(Entry* e) = 0;
   // The preferred victim for which `evictable` holds, looking at no more
-  // than `max_scan` candidates; nullptr when there is none.
-  virtual Entry* PickVictim(const std::function<bool(const Entry&)>& evictable,
-                            size_t max_scan) = 0;
+  // than `max_scan` candidates; nullptr when there is none. `incoming_bytes`
+  // is what is being made room for (reserved, not yet inserted).
+  virtual Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
+                            uint64_t incoming_bytes) = 0;
 };
 
 // LRU over an intrusive list. Prefix-safe when accesses touch a chain
 // root-last, which the store does: ancestors stay younger than descendants.
 std::unique_ptr<EvictionPolicy> MakeLruPolicy();
 
-// "lru" -> LRU. Unknown names are INVALID_ARGUMENT.
-Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name);
+// Adaptive segmented LRU; see aslru_policy.cc and docs/eviction-policy.md.
+std::unique_ptr<EvictionPolicy> MakeAdaptiveSlruPolicy(uint64_t capacity_bytes);
+
+// "lru" or "aslru" for a tier of `capacity_bytes`. Unknown names are
+// INVALID_ARGUMENT.
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
+                                                           uint64_t capacity_bytes);
 
 }  // namespace strata

@@ -12,6 +12,9 @@ class InProcessStore final : public Store {
   Result<MatchResult> Match(const MatchRequest& request) override {
     return store_->Match(caller_, request);
   }
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& request) override {
+    return store_->MatchKeys(caller_, request);
+  }
   FetchFuture Fetch(const FetchRequest& request) override {
     return store_->Fetch(caller_, request);
   }

@@ -31,8 +31,8 @@ struct CacheStoreOptions {
   Nanos swa_ttl = Minutes(10);
   Nanos default_read_lease_ttl = Seconds(10);
   Nanos default_write_lease_ttl = Seconds(30);
-  std::string eviction_policy = "lru";
-  uint32_t index_shards = 64;  // a power of two
+  std::string eviction_policy = "lru";  // or "aslru" (docs/eviction-policy.md)
+  uint32_t index_shards = 64;           // a power of two
   // Background expiry of leases and TTLs and watermark eviction; 0 leaves
   // it to explicit RunMaintenance() calls (tests with a ManualClock).
   Nanos maintenance_interval = 100 * kNanosPerMilli;
@@ -93,6 +93,9 @@ class CacheStore {
 
   // ---- the contract -------------------------------------------------------
   Result<MatchResult> Match(const Principal& caller, const MatchRequest& request);
+  // Match by chain keys the caller derived itself (ChainKeys::ForPrompt):
+  // what a remote client sends instead of the tokens.
+  Result<MatchResult> MatchKeys(const Principal& caller, const MatchKeysRequest& request);
   // Runs the transfer on the calling thread; the future is ready on return.
   FetchFuture Fetch(const Principal& caller, const FetchRequest& request);
   // Phase one of a commit: space for every block that needs it, all or
@@ -137,6 +140,7 @@ class CacheStore {
 
  private:
   struct Impl;
+  class PrefixLookup;
   explicit CacheStore(std::unique_ptr<Impl> impl);
 
   std::unique_ptr<Impl> impl_;

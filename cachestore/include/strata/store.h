@@ -17,6 +17,7 @@ class Store {
   virtual ~Store() = default;
 
   virtual Result<MatchResult> Match(const MatchRequest& request) = 0;
+  virtual Result<MatchResult> MatchKeys(const MatchKeysRequest& request) = 0;
   // `request.match` and the buffers must outlive the returned future.
   virtual FetchFuture Fetch(const FetchRequest& request) = 0;
   virtual Result<Reservation> Reserve(const ModelId& model, std::span<const CommitBlock> blocks,

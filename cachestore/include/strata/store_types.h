@@ -58,6 +58,17 @@ struct MatchRequest {
   Nanos lease_ttl = 0;
 };
 
+// The same, by chain keys key[1..n] already derived by the caller.
+struct MatchKeysRequest {
+  ModelId model_id;
+  ChainKey root;  // key[0], reported back as prefix_key when nothing hits
+  std::span<const ChainKey> keys;
+  uint32_t block_tokens = 256;
+  bool want_swa = true;
+  bool take_lease = false;
+  Nanos lease_ttl = 0;
+};
+
 struct BlockMatch {
   ChainKey key;
   Tier tier = Tier::kDram;

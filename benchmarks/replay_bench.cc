@@ -1,0 +1,93 @@
+#include "replay_bench.h"
+
+#include <cstdio>
+
+#include "bench_util.h"
+#include "strata/trace/reference_policies.h"
+#include "strata/trace/replay.h"
+#include "strata/trace/trace.h"
+
+namespace strata::bench {
+
+int RunReplayBench(const ReplayBenchOptions& o) {
+  auto loaded = trace::ReadTrace(o.trace);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "strata-bench replay: %s\n", loaded.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<trace::TraceRequest> requests = std::move(loaded).value();
+  if (o.max_requests > 0 && requests.size() > o.max_requests) requests.resize(o.max_requests);
+  const uint64_t capacity_blocks = o.capacity_tokens / trace::kTraceBlockTokens;
+  std::fprintf(stderr,
+               "strata-bench replay: %zu requests, %llu input tokens, capacity %llu tokens\n",
+               requests.size(), static_cast<unsigned long long>(trace::InputTokens(requests)),
+               static_cast<unsigned long long>(o.capacity_tokens));
+
+  auto replay = [&](const std::string& policy) -> Result<trace::ReplayResult> {
+    trace::ReplayOptions ro;
+    ro.capacity_tokens = o.capacity_tokens;
+    ro.policy = policy;
+    ro.full_payload = o.full_payload;
+    const std::string label = "replay (" + policy + ")";
+    ro.progress = [label](size_t done, size_t total) { Progress(label.c_str(), done, total); };
+    return trace::ReplayThroughStore(requests, ro);
+  };
+  auto tested = replay(o.policy);
+  if (!tested.ok()) {
+    std::fprintf(stderr, "strata-bench replay: %s\n", tested.status().ToString().c_str());
+    return 1;
+  }
+  // The same store with LRU validates the replay against the reference line.
+  auto lru_store = o.policy == "lru" ? tested : replay("lru");
+  if (!lru_store.ok()) {
+    std::fprintf(stderr, "strata-bench replay: %s\n", lru_store.status().ToString().c_str());
+    return 1;
+  }
+  const trace::HitStats lru_ref = trace::SimulateLru(requests, capacity_blocks);
+  const trace::HitStats belady = trace::SimulateBelady(requests, capacity_blocks);
+
+  const trace::ReplayResult& r = *tested;
+  if (o.json) {
+    JsonObject j;
+    j.Add("trace", o.trace);
+    j.Add("requests", static_cast<double>(requests.size()));
+    j.Add("capacity_tokens", static_cast<double>(o.capacity_tokens));
+    j.Add("policy", o.policy);
+    j.AddBool("full_payload", o.full_payload);
+    j.Add("hit_ratio", r.hit_ratio());
+    j.Add("lru_hit_ratio", lru_store->hit_ratio());
+    j.Add("lru_reference_hit_ratio", lru_ref.ratio());
+    j.Add("belady_hit_ratio", belady.ratio());
+    j.Add("vs_lru", r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12));
+    j.Add("vs_belady", r.hit_ratio() / std::max(belady.ratio(), 1e-12));
+    j.Add("ops_per_s", r.ops_per_s());
+    j.Add("block_ops", static_cast<double>(r.block_ops));
+    j.Add("evictions", static_cast<double>(r.evictions));
+    j.Add("fetched_bytes", static_cast<double>(r.fetched_bytes));
+    j.Add("committed_bytes", static_cast<double>(r.committed_bytes));
+    j.Add("seconds", r.seconds);
+    std::printf("%s\n", j.Dump().c_str());
+    return 0;
+  }
+  Table t;
+  t.Add("requests / capacity",
+        std::to_string(requests.size()) + " / " + std::to_string(o.capacity_tokens) + " tokens",
+        o.full_payload ? "full payload (890 B/token)" : "metadata only");
+  t.Add("hit ratio, store + " + o.policy, Fixed(r.hit_ratio(), 4),
+        "x" + Fixed(r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12), 2) + " of LRU, " +
+            Fixed(100 * r.hit_ratio() / std::max(belady.ratio(), 1e-12), 1) + "% of optimum");
+  t.Add("hit ratio, store + lru", Fixed(lru_store->hit_ratio(), 4), "the replay itself");
+  t.Add("hit ratio, LRU reference", Fixed(lru_ref.ratio(), 4), "simulated from the trace alone");
+  t.Add("hit ratio, Belady (offline optimum)", Fixed(belady.ratio(), 4), "");
+  t.Add("block ops/s (" + o.policy + ")", Fixed(r.ops_per_s() / 1e6, 2) + " M",
+        std::to_string(r.block_ops) + " lookups+inserts in " + Fixed(r.seconds, 2) + " s");
+  t.Add("evictions", std::to_string(r.evictions), "");
+  if (o.full_payload) {
+    t.Add("bytes fetched / committed",
+          Fixed(r.fetched_bytes / 1e9, 2) + " / " + Fixed(r.committed_bytes / 1e9, 2) + " GB", "");
+  }
+  t.Print("strata-bench replay");
+  return 0;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,33 @@
+// `strata-bench replay`: a request trace through the real store, next to
+// prefix-safe LRU and the offline optimum (Belady) computed in the same run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace strata::bench {
+
+struct ReplayBenchOptions {
+  std::string trace;
+  uint64_t capacity_tokens = 3'000'000;
+  std::string policy = "aslru";
+  bool full_payload = false;
+  size_t max_requests = 0;  // 0: all
+  bool json = false;
+
+  void Register(CLI::App& app) {
+    app.add_option("--trace", trace, "Mooncake-format JSONL trace")->required();
+    app.add_option("--capacity-tokens", capacity_tokens, "Cache capacity in tokens")
+        ->check(CLI::Range(uint64_t{512}, uint64_t{1} << 40));
+    app.add_option("--policy", policy, "Eviction policy under test: aslru or lru");
+    app.add_flag("--full-payload", full_payload,
+                 "Store and fetch 890 B/token of global KV per block (default: metadata only)");
+    app.add_option("--max-requests", max_requests, "Replay only the first N requests");
+    app.add_flag("--json", json, "Print one JSON object instead of a table");
+  }
+};
+
+int RunReplayBench(const ReplayBenchOptions& options);
+
+}  // namespace strata::bench

@@ -1,0 +1,42 @@
+// Synthetic multi-turn traces in the Mooncake format, so policies are not
+// tuned to one file. A conversation starts with one of a few shared system
+// prompts (Zipf popularity), then alternates a new user message (or tool
+// output) with the model's answer; every turn re-sends the whole history,
+// so turn t+1 extends turn t's prefix. Block ids follow the format: a full
+// block keeps its id across turns, the partial last block of each turn gets
+// a fresh one, and blocks inside a shared system prompt are shared.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/status.h"
+#include "strata/trace/trace.h"
+
+namespace strata::trace {
+
+struct TraceGeneratorOptions {
+  uint64_t seed = 1;
+  uint32_t conversations = 2000;
+  double duration_s = 3600;         // new conversations arrive uniformly at random in it
+  double mean_turns = 3;            // geometric number of turns, at least 1
+  double mean_think_s = 60;         // exponential gap between a reply and the next turn
+  uint32_t system_prompts = 8;      // shared prefixes
+  double system_prompt_zipf = 1.0;  // popularity skew across them
+  uint32_t system_prompt_tokens = 2048;
+  uint32_t first_message_tokens = 3000;  // mean, exponential: documents, code, long asks
+  uint32_t message_tokens = 300;         // mean of later user messages / tool outputs
+  uint32_t output_tokens = 400;          // mean answer length
+  uint32_t max_context_tokens = 131072;  // a conversation ends when it would exceed this
+
+  // Presets: "chat" (the defaults) and "agent" (many quick turns with tool
+  // output: 15 turns, 3 s think time, 1500-token tool outputs, 150-token
+  // answers).
+  static Result<TraceGeneratorOptions> Preset(const std::string& name);
+};
+
+// Requests sorted by timestamp.
+std::vector<TraceRequest> GenerateTrace(const TraceGeneratorOptions& options);
+
+}  // namespace strata::trace
