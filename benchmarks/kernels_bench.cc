@@ -331,6 +331,16 @@ int RunGpu(const KernelsBenchOptions& o) {
           k::cuda::TopKRows(dscores.get(), tokens, kIdxKeys, nullptr, kIdxKeys, 512, dtop.get());
         },
         iters);
+    const k::IndexerConfig cfg;
+    Dev<uint8_t> scratch(k::cuda::IndexerScratchBytes(tokens, kIdxKeys, cfg));
+    Dev<int32_t> dcand(tokens * cfg.candidate_blocks);
+    const double fms = k::cuda::TimeMs(
+        [&] {
+          k::cuda::IndexerSelectFull(args, cfg, kIdxKeys, dcand.get(), dtop.get(), scratch.get());
+        },
+        iters);
+    rows.push_back({"indexer_select_full", "indexer Full select", IndexerFlops(tokens) / fms / 1e6,
+                    true, "pool 256 blocks, top-512 (scoring FLOPs)"});
     rows.push_back({"topk_rows", "top-512 of 32768 (exact)",
                     static_cast<double>(tokens) * kIdxKeys * 4 / tms / 1e6, false,
                     std::to_string(tokens) + " rows; GB/s of one pass over the scores"});

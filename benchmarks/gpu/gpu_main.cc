@@ -13,8 +13,10 @@
 int main(int argc, char** argv) {
   bool json = false, checks = true;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) json = true;
-    else if (std::strcmp(argv[i], "--skip-checks") == 0) checks = false;
+    if (std::strcmp(argv[i], "--json") == 0)
+      json = true;
+    else if (std::strcmp(argv[i], "--skip-checks") == 0)
+      checks = false;
     else {
       std::fprintf(stderr, "usage: %s [--json] [--skip-checks]\n", argv[0]);
       return 2;

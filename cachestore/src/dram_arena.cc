@@ -57,17 +57,15 @@ DramArena::~DramArena() { munmap(base_, mapped_); }
 
 std::optional<Extent> DramArena::Allocate(uint64_t bytes) {
   std::lock_guard lock(mu_);
-  return alloc_.Allocate(bytes);
+  std::optional<Extent> e = alloc_.Allocate(bytes);
+  used_.store(alloc_.used_bytes(), std::memory_order_relaxed);
+  return e;
 }
 
 void DramArena::Free(const Extent& extent) {
   std::lock_guard lock(mu_);
   alloc_.Free(extent);
-}
-
-uint64_t DramArena::used_bytes() const {
-  std::lock_guard lock(mu_);
-  return alloc_.used_bytes();
+  used_.store(alloc_.used_bytes(), std::memory_order_relaxed);
 }
 
 uint64_t DramArena::allocated_extents() const {

@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <limits>
 
 #include "strata/kernels/scalar_codec.h"
 
@@ -16,29 +17,27 @@ void QuantizeEntry(const BlockFormat& fmt, const float* x, uint8_t* out) {
   uint8_t* scales = out + fmt.CodeBytes();
   for (uint32_t g = 0; g < fmt.ScaleBytes(); ++g) {
     const float* xg = x + g * fmt.group;
+    // amax over the finite values; NaN compares false and Inf is skipped.
     float amax = 0.0f;
     bool has_nan = false;
     for (uint32_t i = 0; i < fmt.group; ++i) {
       const float a = std::fabs(xg[i]);
-      if (std::isnan(a))
-        has_nan = true;
-      else if (std::isfinite(a) && a > amax)
-        amax = a;
+      has_nan |= std::isnan(a);
+      amax = (a > amax && a <= std::numeric_limits<float>::max()) ? a : amax;
     }
     const uint8_t scale = ScaleForAmax(amax, fmt_max);
-    scales[g] = (fp4 && has_nan) ? kE8m0Nan : scale;
     const float inv = DecodeE8m0(static_cast<uint8_t>(254 - scale));  // 2^-k, exact
-    for (uint32_t i = 0; i < fmt.group; ++i) {
-      const uint32_t v = g * fmt.group + i;
-      if (fp4) {
-        const uint8_t c = std::isnan(xg[i]) ? 0 : EncodeE2m1(xg[i] * inv);
-        if (v % 2 == 0)
-          out[v / 2] = c;
-        else
-          out[v / 2] |= static_cast<uint8_t>(c << 4);
-      } else {
-        out[v] = EncodeE4m3(xg[i] * inv);
+    if (fp4) {
+      scales[g] = has_nan ? kE8m0Nan : scale;
+      uint8_t* codes = out + g * fmt.group / 2;
+      // A NaN group decodes as NaN through its scale; its NaNs store code 0.
+      auto code = [&](float v) { return IsNan(v) ? uint8_t{0} : EncodeE2m1(v * inv); };
+      for (uint32_t i = 0; i < fmt.group; i += 2) {
+        codes[i / 2] = static_cast<uint8_t>(code(xg[i]) | (code(xg[i + 1]) << 4));
       }
+    } else {
+      scales[g] = scale;
+      for (uint32_t i = 0; i < fmt.group; ++i) out[g * fmt.group + i] = EncodeE4m3(xg[i] * inv);
     }
   }
 }

@@ -132,10 +132,10 @@ TEST(AttentionTest, MatchesFloat64Reference) {
         for (uint32_t d = 0; d < kHeadDim; ++d) {
           double o = 0;
           for (size_t j = 0; j < keys.size(); ++j) o += std::exp(sc[j] - m) / l * keys[j][d];
-          ASSERT_NEAR(out[(size_t{t} * kHeads + h) * kHeadDim + d], o, 1e-4)
+          ASSERT_NEAR(out[(size_t{t} * kHeads + h) * kHeadDim + d], o, 1e-5)
               << t << " " << h << " " << d;
         }
-        EXPECT_NEAR(lse[t * kHeads + h], m + std::log(l), 1e-4);
+        EXPECT_NEAR(lse[t * kHeads + h], m + std::log(l), 1e-5);
       }
     }
   }

@@ -188,6 +188,70 @@ inline std::string CheckIndexer() {
   return "";
 }
 
+// The pool and top-k of the spec from given scores (the CPU reference of
+// IndexerSelectFull / IndexerReindex, fed with the device's own scores).
+inline std::vector<int32_t> PoolTopK(const float* row, uint64_t vis, const int32_t* cand,
+                                     const IndexerConfig& cfg) {
+  std::vector<int32_t> pool;
+  std::vector<float> pool_scores;
+  for (uint32_t c = 0; c < cfg.candidate_blocks && cand[c] >= 0; ++c) {
+    for (uint64_t j = uint64_t(cand[c]) * cfg.block; j < (uint64_t(cand[c]) + 1) * cfg.block; ++j) {
+      if (j < vis) pool.push_back(static_cast<int32_t>(j)), pool_scores.push_back(row[j]);
+    }
+  }
+  std::vector<int32_t> top(cfg.topk);
+  const uint32_t kept = TopK(pool_scores.data(), pool.size(), cfg.topk, top.data());
+  for (uint32_t j = 0; j < kept; ++j) top[j] = pool[top[j]];
+  return top;
+}
+
+// Full and Reindex selection on the device against the CPU pipeline run on
+// the device's scores: candidate blocks and top-k bit-exact.
+inline std::string CheckIndexerSelect() {
+  constexpr uint32_t kTokens = 6, kHeads = 4, kN = 5000;
+  const IndexerConfig cfg{8, 32, 100};
+  const auto keys = RandomQuantized(kIndexerKey, kN, 40);
+  const std::vector<uint64_t> visible = {5000, 4999, 3333, 801, 64, 9};
+  DeviceArray<uint8_t> dkeys(keys.bytes.data(), keys.bytes.size());
+  const IndexerKeys dseq_host{dkeys.get(), kN};
+  DeviceArray<IndexerKeys> dseq(&dseq_host, 1);
+  DeviceArray<uint64_t> dvis(visible.data(), visible.size());
+  DeviceArray<uint8_t> scratch(cuda::IndexerScratchBytes(kTokens, kN, cfg));
+  DeviceArray<int32_t> dcand(kTokens * cfg.candidate_blocks), dtop(kTokens * cfg.topk);
+  std::vector<int32_t> cand;
+  for (int layer = 0; layer < 2; ++layer) {  // 0: Full, 1: Reindex on layer 0's pool
+    const std::vector<float> q = RandomFloats(kTokens * kHeads * kIndexerDim, 41 + 2 * layer);
+    const std::vector<float> w = RandomFloats(kTokens * kHeads, 42 + 2 * layer);
+    DeviceArray<float> dq(q.data(), q.size()), dw(w.data(), w.size()), dscores(kTokens * kN);
+    const IndexerArgs d{kTokens, kHeads, dq.get(), dw.get(), nullptr, dvis.get(), {dseq.get(), 1}};
+    cuda::IndexerScores(d, dscores.get(), kN);
+    const std::vector<float> scores = ToHost(dscores);
+    if (layer == 0) {
+      cuda::IndexerSelectFull(d, cfg, kN, dcand.get(), dtop.get(), scratch.get());
+      cand = ToHost(dcand);
+    } else {
+      cuda::IndexerReindex(d, cfg, dcand.get(), dtop.get(), scratch.get());
+    }
+    const std::vector<int32_t> top = ToHost(dtop);
+    for (uint32_t t = 0; t < kTokens; ++t) {
+      const float* row = &scores[t * kN];
+      const int32_t* c = &cand[t * cfg.candidate_blocks];
+      if (layer == 0) {
+        std::vector<float> pooled((visible[t] + 7) / 8);
+        BlockMaxPool(row, visible[t], 8, pooled.data());
+        std::vector<int32_t> want(cfg.candidate_blocks);
+        TopK(pooled.data(), pooled.size(), cfg.candidate_blocks, want.data());
+        if (auto e = Same("Full candidates", c, want.data(), want.size() * 4); !e.empty()) return e;
+      }
+      const std::vector<int32_t> want = PoolTopK(row, visible[t], c, cfg);
+      const char* what = layer == 0 ? "Full top-k" : "Reindex top-k";
+      if (auto e = Same(what, &top[t * cfg.topk], want.data(), want.size() * 4); !e.empty())
+        return e;
+    }
+  }
+  return "";
+}
+
 // Router (ids exact, gates within tolerance) and the MoE FFN on the CPU's
 // routing (tolerance).
 inline std::string CheckMoe() {
@@ -281,10 +345,9 @@ struct NamedCheck {
   const char* name;
   std::string (*run)();
 };
-inline const NamedCheck kChecks[] = {{"formats", CheckFormats},
-                                     {"attention", CheckAttention},
-                                     {"indexer", CheckIndexer},
-                                     {"moe", CheckMoe},
-                                     {"block_copy", CheckBlockCopy}};
+inline const NamedCheck kChecks[] = {
+    {"formats", CheckFormats}, {"attention", CheckAttention},
+    {"indexer", CheckIndexer}, {"indexer_select", CheckIndexerSelect},
+    {"moe", CheckMoe},         {"block_copy", CheckBlockCopy}};
 
 }  // namespace strata::kernels::cuda_checks

@@ -35,6 +35,10 @@ TEST(CudaTest, IndexerMatchesCpu) {
   REQUIRE_GPU();
   EXPECT_EQ(cuda_checks::CheckIndexer(), "");
 }
+TEST(CudaTest, IndexerSelectMatchesCpu) {
+  REQUIRE_GPU();
+  EXPECT_EQ(cuda_checks::CheckIndexerSelect(), "");
+}
 TEST(CudaTest, MoeMatchesCpu) {
   REQUIRE_GPU();
   EXPECT_EQ(cuda_checks::CheckMoe(), "");

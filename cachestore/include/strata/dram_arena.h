@@ -4,6 +4,7 @@
 // between put and fetch.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,7 +39,8 @@ class DramArena {
   }
   std::byte* base() const { return base_; }
   uint64_t capacity_bytes() const { return capacity_; }
-  uint64_t used_bytes() const;
+  // Lock-free read of the allocator's count, for watermarks and gauges.
+  uint64_t used_bytes() const { return used_.load(std::memory_order_relaxed); }
   uint64_t allocated_extents() const;
   bool huge_pages() const { return huge_pages_; }
   bool CheckConsistency() const;
@@ -52,6 +54,7 @@ class DramArena {
   bool huge_pages_;
   mutable std::mutex mu_;
   ExtentAllocator alloc_;  // guarded by mu_
+  std::atomic<uint64_t> used_{0};
 };
 
 }  // namespace strata

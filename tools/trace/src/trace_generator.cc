@@ -12,12 +12,12 @@ Result<TraceGeneratorOptions> TraceGeneratorOptions::Preset(const std::string& n
   TraceGeneratorOptions o;
   if (name == "chat") return o;
   if (name == "agent") {
-    o.conversations = 400;
-    o.mean_turns = 15;
-    o.mean_think_s = 3;
+    o.conversations = 4000;
+    o.mean_turns = 12;
+    o.mean_think_s = 5;
     o.message_tokens = 1500;
     o.output_tokens = 150;
-    o.first_message_tokens = 1000;
+    o.first_message_tokens = 2000;
     return o;
   }
   return InvalidArgument("unknown trace preset '" + name + "' (known: chat, agent)");

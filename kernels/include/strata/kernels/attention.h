@@ -21,6 +21,12 @@
 //     masked slots are read, so they must hold finite data.
 // They agree bit for bit (a masked key adds exactly +0 to every sum).
 //
+// The ring must still hold every local key a call reads: a 134-slot ring
+// (W + 6) serves up to 7 consecutive new positions of a sequence per call
+// (decode, speculative tokens). A longer prefill chunk of c tokens writes
+// its keys to a scratch ring of at least W + c - 1 slots and attends from
+// that; the stored ring is then the last 134 positions.
+//
 // Determinism: every (token, head) is computed alone, with a fixed order of
 // operations, so results do not depend on which other tokens are in the batch.
 #pragma once

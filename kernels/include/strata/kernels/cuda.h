@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "strata/kernels/attention.h"
 #include "strata/kernels/block_copy.h"
@@ -40,16 +41,18 @@ void CopyToDevice(void* dst, const void* src, size_t bytes);
 void CopyToHost(void* dst, const void* src, size_t bytes);
 void CopyOnDevice(void* dst, const void* src, size_t bytes);
 void Synchronize();
-// Elapsed milliseconds of `fn` run `iters` times, timed with CUDA events.
-template <typename Fn>
-double TimeMs(Fn&& fn, int iters);
+// Mean milliseconds per call of `fn` over `iters` calls after one warm-up,
+// timed with CUDA events on the default stream.
 double TimeLaunchesMs(void (*launch)(void*), void* ctx, int iters);
 template <typename Fn>
 double TimeMs(Fn&& fn, int iters) {
-  return TimeLaunchesMs([](void* c) { (*static_cast<Fn*>(c))(); }, &fn, iters);
+  using F = std::remove_reference_t<Fn>;
+  return TimeLaunchesMs([](void* c) { (*static_cast<F*>(c))(); },
+                        const_cast<void*>(static_cast<const void*>(&fn)), iters);
 }
 
-// A device array of T owning its memory.
+// A device array of T owning its memory (one spare byte, so that an empty
+// array still gets a valid allocation).
 template <typename T>
 class DeviceArray {
  public:
@@ -84,6 +87,16 @@ void BlockMaxPool(const float* scores, uint32_t rows, uint64_t n, uint64_t row_s
 // null: n each), in the CPU TopK's order and output form.
 void TopKRows(const float* scores, uint32_t rows, uint64_t n, const uint64_t* counts,
               uint64_t row_stride, uint32_t k, int32_t* out, Stream s = nullptr);
+
+// The Full and Reindex layers (indexer.h) on the device, with identical
+// selections given identical scores. max_visible >= every visible[t].
+// scratch: a device buffer of IndexerScratchBytes(tokens, max_visible, cfg)
+// bytes (Reindex needs less; the same size is always enough).
+size_t IndexerScratchBytes(uint32_t tokens, uint64_t max_visible, const IndexerConfig& cfg);
+void IndexerSelectFull(const IndexerArgs& args, const IndexerConfig& cfg, uint64_t max_visible,
+                       int32_t* candidates, int32_t* topk, void* scratch, Stream s = nullptr);
+void IndexerReindex(const IndexerArgs& args, const IndexerConfig& cfg, const int32_t* candidates,
+                    int32_t* topk, void* scratch, Stream s = nullptr);
 
 // ---- MoE
 void Route(const RouterConfig& cfg, const float* x, uint32_t tokens, uint32_t d_model,

@@ -17,22 +17,24 @@
 namespace strata::trace {
 
 struct TraceGeneratorOptions {
+  // Defaults ("chat") come near the Mooncake conversation trace: ~12k
+  // requests an hour, ~11k-token prompts, about a third of them reusable.
   uint64_t seed = 1;
-  uint32_t conversations = 2000;
+  uint32_t conversations = 5500;
   double duration_s = 3600;         // new conversations arrive uniformly at random in it
-  double mean_turns = 3;            // geometric number of turns, at least 1
-  double mean_think_s = 60;         // exponential gap between a reply and the next turn
-  uint32_t system_prompts = 8;      // shared prefixes
+  double mean_turns = 2.2;          // geometric number of turns, at least 1
+  double mean_think_s = 150;        // exponential gap between a reply and the next turn
+  uint32_t system_prompts = 16;     // shared prefixes
   double system_prompt_zipf = 1.0;  // popularity skew across them
-  uint32_t system_prompt_tokens = 2048;
-  uint32_t first_message_tokens = 3000;  // mean, exponential: documents, code, long asks
-  uint32_t message_tokens = 300;         // mean of later user messages / tool outputs
+  uint32_t system_prompt_tokens = 1024;
+  uint32_t first_message_tokens = 8000;  // mean, exponential: documents, code, long asks
+  uint32_t message_tokens = 400;         // mean of later user messages / tool outputs
   uint32_t output_tokens = 400;          // mean answer length
   uint32_t max_context_tokens = 131072;  // a conversation ends when it would exceed this
 
   // Presets: "chat" (the defaults) and "agent" (many quick turns with tool
-  // output: 15 turns, 3 s think time, 1500-token tool outputs, 150-token
-  // answers).
+  // output: 12 turns, 5 s think time, 1500-token tool outputs, 150-token
+  // answers, 4000 sessions an hour).
   static Result<TraceGeneratorOptions> Preset(const std::string& name);
 };
 
