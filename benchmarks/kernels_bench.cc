@@ -70,6 +70,18 @@ std::vector<uint8_t> QuantizedRandom(const k::BlockFormat& f, size_t rows, uint6
   return b;
 }
 
+// The attention benchmark's inputs, shared by the CPU and GPU runs: 4,096
+// global entries, a full ring, `tokens` queries near position 5,000 each
+// selecting kTopK entries.
+struct AttentionInputs {
+  std::vector<uint8_t> global, ring;
+  std::vector<float> q;
+  std::vector<int64_t> pos;
+  std::vector<int32_t> idx;
+};
+
+AttentionInputs MakeAttentionInputs(uint32_t tokens);
+
 volatile float g_sink;
 
 int Print(const KernelsBenchOptions& o, const std::string& title, const std::string& device,
@@ -108,6 +120,18 @@ constexpr uint32_t kHeads = 8, kTopK = 512, kWindow = 128, kSlots = 134;
 constexpr uint32_t kIdxHeads = 4, kIdxKeys = 32768;
 constexpr uint32_t kD = 256, kExperts = 16, kHidden = 512;
 
+AttentionInputs MakeAttentionInputs(uint32_t tokens) {
+  AttentionInputs in{QuantizedRandom(k::kMainKv, 4096, 7), QuantizedRandom(k::kSwaFp8, kSlots, 8),
+                     Randn(size_t{tokens} * kHeads * k::kHeadDim, 9), std::vector<int64_t>(tokens),
+                     std::vector<int32_t>(size_t{tokens} * kTopK)};
+  for (uint32_t t = 0; t < tokens; ++t) {
+    in.pos[t] = 5000 + t % 7;
+    for (uint32_t j = 0; j < kTopK; ++j)
+      in.idx[t * kTopK + j] = static_cast<int32_t>(j * 8 + t % 8);
+  }
+  return in;
+}
+
 double AttentionFlops(uint32_t tokens) {
   return static_cast<double>(tokens) * kHeads * (kTopK + kWindow) * k::kHeadDim * 4;  // q.k and p.v
 }
@@ -142,8 +166,11 @@ int RunCpu(const KernelsBenchOptions& o) {
   const double peak = 2.0 * 1024 * dot_iters / dot_s / 1e9;
 
   // Formats.
-  for (const auto& [name, fmt] :
+  for (const auto& named :
        {std::pair{"fp4_main", k::kMainKv}, std::pair{"mxfp8_swa", k::kSwaFp8}}) {
+    // Plain copies, not structured bindings: lambdas below capture them.
+    const char* name = named.first;
+    const auto fmt = named.second;
     const size_t n = 8192;
     const std::vector<float> x = Randn(n * fmt.values, 3);
     std::vector<uint8_t> q(n * fmt.Bytes());
@@ -192,15 +219,11 @@ int RunCpu(const KernelsBenchOptions& o) {
   // Attention: top-512 global + window 128, 8 heads.
   {
     const uint32_t tokens = 16;
-    const std::vector<uint8_t> global = QuantizedRandom(k::kMainKv, 4096, 7),
-                               ring = QuantizedRandom(k::kSwaFp8, kSlots, 8);
-    const std::vector<float> q = Randn(size_t{tokens} * kHeads * k::kHeadDim, 9);
-    std::vector<int64_t> pos(tokens);
-    std::vector<int32_t> idx(size_t{tokens} * kTopK);
-    for (uint32_t t = 0; t < tokens; ++t) {
-      pos[t] = 5000 + t % 7;
-      for (uint32_t j = 0; j < kTopK; ++j) idx[t * kTopK + j] = static_cast<int32_t>(j * 8 + t % 8);
-    }
+    const AttentionInputs in = MakeAttentionInputs(tokens);
+    const std::vector<uint8_t>&global = in.global, &ring = in.ring;
+    const std::vector<float>& q = in.q;
+    const std::vector<int64_t>& pos = in.pos;
+    const std::vector<int32_t>& idx = in.idx;
     const std::vector<k::SequenceKv> kv = {{global.data(), 4096, ring.data(), kSlots, 0}};
     std::vector<float> out(q.size()), lse(tokens * kHeads);
     const k::AttentionArgs args{tokens,  kHeads,     kTopK,      kWindow, 0.044f,     q.data(),
@@ -291,8 +314,11 @@ int RunGpu(const KernelsBenchOptions& o) {
       k::cuda::TimeMs([&] { k::cuda::CopyOnDevice(cb.get(), ca.get(), copy_bytes); }, iters);
   const double copy_gbps = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
 
-  for (const auto& [name, fmt] :
+  for (const auto& named :
        {std::pair{"fp4_main", k::kMainKv}, std::pair{"mxfp8_swa", k::kSwaFp8}}) {
+    // Plain copies, not structured bindings: lambdas below capture them.
+    const char* name = named.first;
+    const auto fmt = named.second;
     const size_t n = 1 << 17;
     const std::vector<float> x = Randn(n * fmt.values, 3);
     Dev<float> dx(x.data(), x.size()), dy(x.size());
@@ -347,15 +373,11 @@ int RunGpu(const KernelsBenchOptions& o) {
   }
   {
     const uint32_t tokens = 512;
-    const std::vector<uint8_t> global = QuantizedRandom(k::kMainKv, 4096, 7),
-                               ring = QuantizedRandom(k::kSwaFp8, kSlots, 8);
-    const std::vector<float> q = Randn(size_t{tokens} * kHeads * k::kHeadDim, 9);
-    std::vector<int64_t> pos(tokens);
-    std::vector<int32_t> idx(size_t{tokens} * kTopK);
-    for (uint32_t t = 0; t < tokens; ++t) {
-      pos[t] = 5000 + t % 7;
-      for (uint32_t j = 0; j < kTopK; ++j) idx[t * kTopK + j] = static_cast<int32_t>(j * 8 + t % 8);
-    }
+    const AttentionInputs in = MakeAttentionInputs(tokens);
+    const std::vector<uint8_t>&global = in.global, &ring = in.ring;
+    const std::vector<float>& q = in.q;
+    const std::vector<int64_t>& pos = in.pos;
+    const std::vector<int32_t>& idx = in.idx;
     Dev<uint8_t> dg(global.data(), global.size()), dr(ring.data(), ring.size());
     const k::SequenceKv kv{dg.get(), 4096, dr.get(), kSlots, 0};
     Dev<k::SequenceKv> dkv(&kv, 1);

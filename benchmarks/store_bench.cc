@@ -126,7 +126,7 @@ int RunStoreBench(const StoreBenchOptions& o) {
   std::vector<double> fetch_s;
   for (int r = 0; r < o.fetch_rounds; ++r) {
     const double t0 = NowSeconds();
-    const FetchOutcome& out = store->Fetch(caller, freq).Wait();
+    const FetchOutcome out = store->Fetch(caller, freq).Wait();
     fetch_s.push_back(NowSeconds() - t0);
     if (!out.status.ok() || out.blocks_ready != blocks) {
       std::fprintf(stderr, "fetch failed: %s\n", out.status.ToString().c_str());

@@ -1,5 +1,5 @@
 // strata-bench: benchmarks that print a comparison measured in the same
-// run. Subcommands: store, replay (more come with the node, SSD and worker).
+// run. Subcommands: store, replay, kernels (more come with the node, SSD and worker).
 #include <CLI/CLI.hpp>
 
 #include "kernels_bench.h"

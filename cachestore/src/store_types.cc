@@ -20,7 +20,7 @@ FetchFuture FetchFuture::Ready(FetchOutcome outcome) {
   return f;
 }
 
-const FetchOutcome& FetchFuture::Wait() const {
+FetchOutcome FetchFuture::Wait() const {
   std::unique_lock lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
   return state_->outcome;

@@ -662,6 +662,11 @@ void IndexerReindex(const IndexerArgs& args, const IndexerConfig& cfg, const int
   SelectFromPool(args, cfg, candidates, topk, pool_scores, pool_counts, s);
 }
 
+void IndexerReuse(const int32_t* source_topk, size_t tokens, uint32_t k, int32_t* topk, Stream s) {
+  STRATA_CUDA(cudaMemcpyAsync(topk, source_topk, tokens * k * sizeof(int32_t),
+                              cudaMemcpyDeviceToDevice, s));
+}
+
 void BlockMaxPool(const float* scores, uint32_t rows, uint64_t n, uint64_t row_stride,
                   uint32_t block, float* pooled, uint64_t pooled_stride, Stream s) {
   const uint64_t total = (n + block - 1) / block * rows;

@@ -2,7 +2,6 @@
 
 #include <cassert>
 #include <cmath>
-#include <limits>
 
 #include "strata/kernels/scalar_codec.h"
 
@@ -17,13 +16,16 @@ void QuantizeEntry(const BlockFormat& fmt, const float* x, uint8_t* out) {
   uint8_t* scales = out + fmt.CodeBytes();
   for (uint32_t g = 0; g < fmt.ScaleBytes(); ++g) {
     const float* xg = x + g * fmt.group;
-    // amax over the finite values; NaN compares false and Inf is skipped.
+    // amax over the finite values (NaN and Inf are rare: the branches predict well).
     float amax = 0.0f;
     bool has_nan = false;
     for (uint32_t i = 0; i < fmt.group; ++i) {
       const float a = std::fabs(xg[i]);
-      has_nan |= std::isnan(a);
-      amax = (a > amax && a <= std::numeric_limits<float>::max()) ? a : amax;
+      if (std::isnan(a)) {
+        has_nan = true;
+      } else if (std::isfinite(a) && a > amax) {
+        amax = a;
+      }
     }
     const uint8_t scale = ScaleForAmax(amax, fmt_max);
     const float inv = DecodeE8m0(static_cast<uint8_t>(254 - scale));  // 2^-k, exact

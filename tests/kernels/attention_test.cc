@@ -124,6 +124,7 @@ TEST(AttentionTest, MatchesFloat64Reference) {
       for (uint32_t h = 0; h < kHeads; ++h) {
         const float* q = &b.q[(size_t{t} * kHeads + h) * kHeadDim];
         std::vector<double> sc;
+        sc.reserve(keys.size());
         for (const auto& k : keys)
           sc.push_back(Dot64(q, k.data(), kHeadDim) / std::sqrt(double{kHeadDim}));
         const double m = *std::max_element(sc.begin(), sc.end());
@@ -195,6 +196,60 @@ TEST(AttentionTest, BatchAndChunkInvariant) {
   a.lse = lse_alone.data();
   SparseSwaAttention(a);
   EXPECT_EQ(0, std::memcmp(alone.data(), &whole[kHeads * kHeadDim], alone.size() * sizeof(float)));
+}
+
+// What a warm run relies on: prefill in one call from a big scratch ring
+// equals decoding the same positions in chunks of up to 7 through the
+// 134-slot ring (written as they go, wrapping many times): bit for bit.
+TEST(AttentionTest, RingChunksEqualOneShotPrefill) {
+  constexpr uint32_t kLen = 300, kBig = 512;
+  const QuantizedRows global = RandomQuantized(kMainKv, 64, 31);
+  const std::vector<float> keys = RandomFloats(kLen * kHeadDim, 32);
+  const std::vector<float> q = RandomFloats(kLen * kHeads * kHeadDim, 33);
+  std::vector<int64_t> pos(kLen);
+  std::vector<int32_t> topk(kLen * kTopK);
+  std::mt19937_64 rng(testing::TestSeed() + 34);
+  for (uint32_t t = 0; t < kLen; ++t) {
+    pos[t] = t;
+    for (uint32_t j = 0; j < kTopK; ++j) topk[t * kTopK + j] = j < 10 ? int32_t(rng() % 64) : -1;
+    std::sort(topk.begin() + t * kTopK, topk.begin() + t * kTopK + 10);
+  }
+  AttentionArgs a;
+  a.heads = kHeads;
+  a.topk = kTopK;
+  a.window = kWindow;
+  a.softmax_scale = 0.05f;
+  const size_t per_token = kHeads * kHeadDim;
+
+  std::vector<uint8_t> big(kBig * kSwaFp8.Bytes());
+  for (uint32_t p = 0; p < kLen; ++p) WriteRingPosition(big.data(), kBig, p, &keys[p * kHeadDim]);
+  const std::vector<SequenceKv> big_kv = {{global.bytes.data(), 64, big.data(), kBig, 0}};
+  std::vector<float> one_shot(kLen * per_token);
+  a.tokens = kLen;
+  a.q = q.data();
+  a.positions = pos.data();
+  a.topk_idx = topk.data();
+  a.seqs = big_kv;
+  a.out = one_shot.data();
+  SparseSwaAttention(a);
+
+  std::vector<uint8_t> ring(kSlots * kSwaFp8.Bytes());
+  const std::vector<SequenceKv> ring_kv = {{global.bytes.data(), 64, ring.data(), kSlots, 0}};
+  std::vector<float> chunked(one_shot.size());
+  for (uint32_t first = 0, c = 1; first < kLen; first += c, c = c % 7 + 1) {
+    const uint32_t n = std::min(c, kLen - first);
+    for (uint32_t p = first; p < first + n; ++p) {
+      WriteRingPosition(ring.data(), kSlots, p, &keys[p * kHeadDim]);
+    }
+    a.tokens = n;
+    a.q = q.data() + first * per_token;
+    a.positions = pos.data() + first;
+    a.topk_idx = topk.data() + first * kTopK;
+    a.seqs = ring_kv;
+    a.out = chunked.data() + first * per_token;
+    SparseSwaAttention(a);
+  }
+  EXPECT_EQ(0, std::memcmp(one_shot.data(), chunked.data(), one_shot.size() * sizeof(float)));
 }
 
 }  // namespace

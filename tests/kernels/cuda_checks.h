@@ -205,7 +205,7 @@ inline std::vector<int32_t> PoolTopK(const float* row, uint64_t vis, const int32
   return top;
 }
 
-// Full and Reindex selection on the device against the CPU pipeline run on
+// Full, Reindex and Reuse selection on the device against the CPU pipeline run on
 // the device's scores: candidate blocks and top-k bit-exact.
 inline std::string CheckIndexerSelect() {
   constexpr uint32_t kTokens = 6, kHeads = 4, kN = 5000;
@@ -230,7 +230,10 @@ inline std::string CheckIndexerSelect() {
       cuda::IndexerSelectFull(d, cfg, kN, dcand.get(), dtop.get(), scratch.get());
       cand = ToHost(dcand);
     } else {
-      cuda::IndexerReindex(d, cfg, dcand.get(), dtop.get(), scratch.get());
+      // Reindex into a scratch array, then Reuse copies it into dtop.
+      DeviceArray<int32_t> re(kTokens * cfg.topk);
+      cuda::IndexerReindex(d, cfg, dcand.get(), re.get(), scratch.get());
+      cuda::IndexerReuse(re.get(), kTokens, cfg.topk, dtop.get());
     }
     const std::vector<int32_t> top = ToHost(dtop);
     for (uint32_t t = 0; t < kTokens; ++t) {
@@ -261,6 +264,7 @@ inline std::string CheckMoe() {
   for (uint32_t i = 0; i < 3 * (kE + 1); ++i) mats.push_back(RandomFloats(kH * kD, 30 + i, 0.06f));
   std::vector<ExpertWeights> host, dev;
   std::vector<std::unique_ptr<DeviceArray<float>>> dmats;
+  dmats.reserve(mats.size());
   for (const auto& m : mats)
     dmats.push_back(std::make_unique<DeviceArray<float>>(m.data(), m.size()));
   for (uint32_t e = 0; e <= kE; ++e) {

@@ -131,7 +131,9 @@ class FetchFuture {
   FetchFuture() : state_(std::make_shared<State>()) {}
   static FetchFuture Ready(FetchOutcome outcome);
 
-  const FetchOutcome& Wait() const;
+  // A copy, so it outlives the future (a reference into a temporary
+  // future would dangle).
+  FetchOutcome Wait() const;
   bool IsReady() const;
   void Complete(FetchOutcome outcome);
 

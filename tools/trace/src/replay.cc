@@ -106,7 +106,7 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
         buffers[b].resize(m->blocks[b].payload_bytes);
         freq.block_buffers.emplace_back(buffers[b]);
       }
-      const FetchOutcome& fetched = store->Fetch(caller, freq).Wait();
+      const FetchOutcome fetched = store->Fetch(caller, freq).Wait();
       hit = fetched.blocks_ready;  // only verified bytes count as a hit
       out.fetched_bytes += fetched.bytes;
       (void)store->Abort(caller, m->lease);

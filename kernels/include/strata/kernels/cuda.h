@@ -97,6 +97,9 @@ void IndexerSelectFull(const IndexerArgs& args, const IndexerConfig& cfg, uint64
                        int32_t* candidates, int32_t* topk, void* scratch, Stream s = nullptr);
 void IndexerReindex(const IndexerArgs& args, const IndexerConfig& cfg, const int32_t* candidates,
                     int32_t* topk, void* scratch, Stream s = nullptr);
+// The Reuse layer: the source layer's indices, copied on the stream.
+void IndexerReuse(const int32_t* source_topk, size_t tokens, uint32_t k, int32_t* topk,
+                  Stream s = nullptr);
 
 // ---- MoE
 void Route(const RouterConfig& cfg, const float* x, uint32_t tokens, uint32_t d_model,

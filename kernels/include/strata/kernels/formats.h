@@ -22,7 +22,8 @@
 //   - +-Inf saturates to +-fmt_max * scale.
 //   - NaN: e4m3 stores NaN for that element (0x7f); e2m1 has no NaN, so the
 //     whole group's scale byte becomes 0xff (E8M0 NaN) and all its values
-//     decode as NaN — a NaN is never silently turned into a number.
+//     decode as NaN (the NaN's own code is stored as 0) — a NaN is never
+//     silently turned into a number.
 // Dequantization is exact: element value times 2^k, both representable.
 //
 // Error bound (tested): for every finite x in a group with scale s,
@@ -32,7 +33,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 
 namespace strata::kernels {
 
