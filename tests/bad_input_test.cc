@@ -170,11 +170,29 @@ TEST_F(BadInputTest, FetchNeverTrustsAnAlteredMatchResult) {
   EXPECT_TRUE(t_.store->Abort(t_.writer, mb.lease).ok());
 }
 
+TEST_F(BadInputTest, AWriteLeaseIsNoWayToReadReservedBytes) {
+  const auto tokens = Tokens(4, 5);
+  CommitBlock cb = Block(t_.Keys(tokens, t_.writer)[0]);
+  auto res = t_.store->Reserve(t_.writer, TestModel(), std::span(&cb, 1)).value();
+  MatchResult m;
+  m.block_tokens = testing::kTinyBlockTokens;
+  m.blocks.push_back({cb.key, Tier::kDram, kTinyGlobalLayout, cb.payload_bytes});
+  m.lease = res.write_lease;
+  std::vector<std::byte> buf(cb.payload_bytes);
+  FetchRequest req;
+  req.match = &m;
+  req.block_buffers = {buf};
+  EXPECT_EQ(t_.store->Fetch(t_.writer, req).Wait().status.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(t_.store->Abort(t_.writer, res.write_lease).ok());
+}
+
 TEST_F(BadInputTest, LayoutRegistrationIsChecked) {
   Layout empty{500, StateKind::kGlobalKv, 4, {}};
   EXPECT_EQ(t_.store->RegisterLayout(empty).code(), StatusCode::kInvalidArgument);
   Layout huge{501, StateKind::kGlobalKv, 4, {{"g", kMaxPayloadBytes}}};
   EXPECT_EQ(t_.store->RegisterLayout(huge).code(), StatusCode::kInvalidArgument);
+  Layout wraps{502, StateKind::kGlobalKv, 4, {{"a", uint64_t{1} << 63}, {"b", uint64_t{1} << 63}}};
+  EXPECT_EQ(wraps.Validate().code(), StatusCode::kInvalidArgument);
   Layout clash = TinyGlobalLayout();
   clash.groups[0].bytes += 64;
   EXPECT_EQ(t_.store->RegisterLayout(clash).code(), StatusCode::kAlreadyExists);

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "entry.h"
 #include "strata/cache_store.h"
 #include "test_util.h"
 
@@ -237,6 +238,25 @@ TEST(AslruTest, ProtectsReusedEntriesFromAScan) {
   };
   EXPECT_EQ(run("lru"), 0u);
   EXPECT_EQ(run("aslru"), 3u);
+}
+
+TEST(AslruTest, AKeyWhoseFingerprintIsZeroIsHandled) {
+  // EntryKeyHash of (namespace 0, GLOBAL_KV, key with Prefix64() == 1) is 0,
+  // the ghost table's empty marker. Callers choose keys, so it must work.
+  TestStore t(20 * kSlot, 1.0, 1.0, "aslru");
+  ChainKey k;
+  k.bytes[0] = 1;
+  ASSERT_EQ(EntryKeyHash{}(EntryKey{0, StateKind::kGlobalKv, k}), 0u);
+  const testing::Payload p = testing::MakePayload(testing::TinyGlobalLayout(), 1);
+  CommitPayload cp{
+      {k, StateKind::kGlobalKv, testing::kTinyGlobalLayout, p.bytes.size(), std::nullopt},
+      p.bytes,
+      p.checksum};
+  for (int i = 0; i < 100; ++i) {  // used to hang once ghost counts drifted
+    ASSERT_EQ(t.store->Commit(t.writer, testing::TestModel(), std::span(&cp, 1))->published, 1u);
+    ASSERT_TRUE(t.store->Delete(t.writer, k, StateKind::kGlobalKv).ok());
+  }
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ class GhostTable {
 
   // Removes `fp` if present; returns the segment it left from, or -1.
   int Take(uint64_t fp) {
+    fp = Nonzero(fp);
     size_t i = Find(fp);
     if (slots_[i].fp == kEmpty) return -1;
     const int segment = slots_[i].segment;
@@ -47,6 +48,7 @@ class GhostTable {
 
   // Remembers `fp`, then forgets the oldest while more than `limit` live.
   void Add(uint64_t fp, int segment, size_t limit) {
+    fp = Nonzero(fp);  // 0 marks an empty slot
     (void)Take(fp);
     if (2 * (live() + 1) > slots_.size()) Rehash(slots_.size() * 2);
     const size_t i = Find(fp);

@@ -217,13 +217,34 @@ struct CacheStore::Impl {
   }
 
   // Removes an entry with no pins from every structure and frees its bytes.
+  // Removes an entry that nobody can pin any more (reserved, or found
+  // unpinned under its shard lock) from every structure and frees its bytes.
   void EraseLocked(Entry* e) {
-    const EntryState state = e->state.load();
     {
       Shard& shard = ShardFor(e->key);
       std::unique_lock lock(shard.mu);
       shard.map.erase(e->key);
     }
+    ForgetUnindexedLocked(e);
+  }
+
+  // Erases `e` unless a lease or reader holds it. The check and the removal
+  // from the index share one exclusive critical section: once the lock is
+  // dropped no reader can find the entry, so none can pin it in between.
+  bool EraseIfUnpinnedLocked(Entry* e) {
+    {
+      Shard& shard = ShardFor(e->key);
+      std::unique_lock lock(shard.mu);
+      if (e->leases.load() != 0 || e->readers.load() != 0) return false;
+      shard.map.erase(e->key);
+    }
+    ForgetUnindexedLocked(e);
+    return true;
+  }
+
+  // The rest of an erase, after the entry left the index.
+  void ForgetUnindexedLocked(Entry* e) {
+    const EntryState state = e->state.load();
     if (state == EntryState::kCommitted) CountEntry(e, -1);
     if (state == EntryState::kReserved) {
       --reserved_entries;
@@ -247,19 +268,20 @@ struct CacheStore::Impl {
     TtlUnlink(e);
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
-    {
-      Shard& shard = ShardFor(e->key);
-      std::unique_lock lock(shard.mu);
-      if (e->leases.load() != 0 || e->readers.load() != 0) {
-        if (e->state.load() == EntryState::kCommitted) {
-          e->state.store(EntryState::kDeleting);
-          CountEntry(e, -1);
-          ++deleting_entries;
-        }
-        return;
+    Shard& shard = ShardFor(e->key);
+    std::unique_lock lock(shard.mu);
+    if (e->leases.load() != 0 || e->readers.load() != 0) {
+      // Pinned: invisible from now on, freed by the last Unpin.
+      if (e->state.load() == EntryState::kCommitted) {
+        e->state.store(EntryState::kDeleting);
+        CountEntry(e, -1);
+        ++deleting_entries;
       }
+      return;
     }
-    EraseLocked(e);
+    shard.map.erase(e->key);
+    lock.unlock();
+    ForgetUnindexedLocked(e);
   }
 
   // Deletes `root` and every descendant, leaves first. Iterative: chains
@@ -287,18 +309,13 @@ struct CacheStore::Impl {
     Entry* victim = policy->PickVictim([&](const Entry& e) { return EvictableLocked(e, now); },
                                        kMaxVictimScan, reserved_bytes + incoming_bytes);
     if (victim == nullptr) return false;
-    {
-      // Re-check under the shard lock: a reader may have pinned it since.
-      Shard& shard = ShardFor(victim->key);
-      std::unique_lock lock(shard.mu);
-      if (victim->leases.load() != 0 || victim->readers.load() != 0) {
-        policy->OnAccess(victim);
-        return true;  // not evicted, but progress: try the next one
-      }
+    // A reader may have pinned it since PickVictim looked.
+    if (!EraseIfUnpinnedLocked(victim)) {
+      policy->OnAccess(victim);
+      return true;  // not evicted, but progress: try the next one
     }
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
-    EraseLocked(victim);
     return true;
   }
 
@@ -327,17 +344,23 @@ struct CacheStore::Impl {
     if (e->state.load() != EntryState::kDeleting) return;
     std::lock_guard lock(structure_mu);
     if (e->generation != ref.generation || e->state.load() != EntryState::kDeleting) return;
-    {
-      Shard& shard = ShardFor(e->key);
-      std::unique_lock slock(shard.mu);
-      if (e->leases.load() != 0 || e->readers.load() != 0) return;
-    }
-    EraseLocked(e);
+    EraseIfUnpinnedLocked(e);
   }
 
+  // Drops one pin. The decrement and the state check happen under the shard
+  // lock: a delete holds it exclusively while it reads the pins and marks
+  // the entry kDeleting, so either it sees this pin gone and erases, or this
+  // sees kDeleting and reclaims. Never neither.
   void Unpin(const EntryRef& ref, bool lease) {
-    (lease ? ref.entry->leases : ref.entry->readers).fetch_sub(1);
-    MaybeReclaim(ref);
+    Entry* e = ref.entry;
+    bool deleting;
+    {
+      Shard& shard = ShardFor(e->key);
+      std::shared_lock lock(shard.mu);
+      (lease ? e->leases : e->readers).fetch_sub(1);
+      deleting = e->state.load() == EntryState::kDeleting;
+    }
+    if (deleting) MaybeReclaim(ref);
   }
 
   void EndLease(LeaseRecord& rec, bool expired) {
@@ -719,7 +742,10 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   EntryRef swa_ref;
   Status pin_status;
   if (match.lease != 0) {
+    bool write_lease = false;
     pin_status = s.leases.WithLive(*ns, match.lease, start, [&](const LeaseRecord& rec) {
+      write_lease = rec.write;
+      if (write_lease) return;  // reserved bytes are nobody's to read
       for (const EntryRef& ref : rec.entries) {
         const Entry* e = ref.entry;
         const bool is_swa = e->key.kind == StateKind::kSwaState;
@@ -729,6 +755,9 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
       }
     });
     if (!pin_status.ok()) return fail(pin_status);
+    if (write_lease) {
+      return fail(InvalidArgument("lease " + std::to_string(match.lease) + " is a write lease"));
+    }
   } else {
     auto pin = [&](StateKind kind, const ChainKey& key) -> EntryRef {
       const EntryKey k{*ns, kind, key};

@@ -26,12 +26,11 @@ Entry* EntryList::FindFromTail(const std::function<bool(const Entry&)>& ok, size
   for (Entry* e = tail; e != nullptr && scanned < max_scan; e = e->policy_prev, ++scanned) {
     if (ok(*e)) return e;
     if (descend && e->first_child != nullptr) {
+      // Not counted against max_scan: the walk is bounded by the chain's
+      // depth, and skipping it could leave only non-leaves in reach.
       Entry* leaf = e;
-      while (leaf->first_child != nullptr && scanned < max_scan) {
-        leaf = leaf->first_child;
-        ++scanned;
-      }
-      if (leaf->first_child == nullptr && ok(*leaf)) return leaf;
+      while (leaf->first_child != nullptr) leaf = leaf->first_child;
+      if (ok(*leaf)) return leaf;
     }
   }
   return nullptr;

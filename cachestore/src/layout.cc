@@ -68,8 +68,14 @@ Status Layout::Validate() const {
     return InvalidArgument("layout " + std::to_string(id) + ": needs 1.." +
                            std::to_string(kMaxLayerGroups) + " layer groups");
   }
+  uint64_t total = 0;
   for (const LayerGroup& g : groups) {
     if (g.bytes == 0) return InvalidArgument("layout " + std::to_string(id) + ": empty group");
+    // Bounded so sums cannot wrap; the store's own limit is far lower.
+    if (g.bytes > kMaxLayerGroupBytes || total + g.bytes > kMaxLayerGroupBytes) {
+      return InvalidArgument("layout " + std::to_string(id) + ": groups too large");
+    }
+    total += g.bytes;
   }
   return Status::Ok();
 }

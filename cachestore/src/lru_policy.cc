@@ -20,7 +20,7 @@ class LruPolicy final : public EvictionPolicy {
   }
   Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
                     uint64_t /*incoming_bytes*/) override {
-    return list_.FindFromTail(evictable, max_scan);
+    return list_.FindFromTail(evictable, max_scan, /*descend=*/true);
   }
 
  private:

@@ -110,6 +110,7 @@ constexpr uint32_t kV41SwaLayoutId = 2;
 constexpr uint32_t kPayloadMagic = 0x41525453;  // "STRA" little-endian
 constexpr uint16_t kPayloadFormatVersion = 1;
 constexpr uint32_t kMaxLayerGroups = 256;
+constexpr uint64_t kMaxLayerGroupBytes = uint64_t{1} << 40;  // a whole layout's body, at most
 
 struct GroupExtent {
   uint64_t offset = 0;
