@@ -124,7 +124,9 @@ __global__ void AttentionKernel(AttentionArgs a) {
   const int64_t i = a.positions[t];
   const int64_t window_lo = i - a.window + 1 > 0 ? i - a.window + 1 : 0;
   const int64_t lo = kv.replay_start > window_lo ? kv.replay_start : window_lo;
-  const uint32_t n_local = static_cast<uint32_t>(i - lo + 1);
+  // A position before the replay start sees no local key (the CPU asserts
+  // this away; here it must not wrap into a huge count).
+  const uint32_t n_local = i >= lo ? static_cast<uint32_t>(i - lo + 1) : 0;
 
   const float* qg = a.q + (size_t{t} * a.heads + h) * kHeadDim;
   for (uint32_t d = tid; d < kHeadDim; d += kAttnThreads) q[d] = qg[d];
@@ -257,7 +259,10 @@ __global__ void IndexerCountsKernel(const uint64_t* visible, uint32_t tokens, ui
     const int32_t b = candidates[size_t{t} * n_candidates + c];
     if (b < 0) break;
     const uint64_t end = (uint64_t(b) + 1) * block;
-    n = uint64_t{c} * block + (end <= vis ? block : vis - uint64_t(b) * block);
+    // A candidate starting at or past `vis` holds no visible key (and must
+    // not wrap the subtraction): the CPU drops such keys too.
+    const uint64_t start = uint64_t(b) * block;
+    n = uint64_t{c} * block + (end <= vis ? block : (vis > start ? vis - start : 0));
   }
   pool_counts[t] = n;
 }
@@ -282,8 +287,10 @@ __global__ void BlockMaxPoolKernel(const float* scores, uint32_t rows, uint64_t 
   if (i >= nb * rows) return;
   const uint64_t r = i / nb, b = i % nb;
   float m = NegInf();
-  for (uint64_t j = b * block; j < n && j < (b + 1) * block; ++j)
-    m = fmaxf(m, scores[r * row_stride + j]);
+  for (uint64_t j = b * block; j < n && j < (b + 1) * block; ++j) {
+    const float v = scores[r * row_stride + j];
+    if (m < v) m = v;  // exactly std::max's choice, -0 vs +0 included (fmaxf differs)
+  }
   pooled[r * pooled_stride + b] = m;
 }
 
