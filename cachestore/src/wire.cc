@@ -1,0 +1,249 @@
+#include "strata/wire.h"
+
+#include <cstring>
+
+namespace strata::wire {
+namespace {
+
+template <typename D>
+std::string Bytes(const D& d) {
+  return std::string(reinterpret_cast<const char*>(d.bytes.data()), d.bytes.size());
+}
+
+template <typename D>
+Status Digest(const std::string& s, const char* what, D* out) {
+  if (s.size() != out->bytes.size()) {
+    return InvalidArgument(std::string(what) + " must be 16 bytes, got " +
+                           std::to_string(s.size()));
+  }
+  std::memcpy(out->bytes.data(), s.data(), s.size());
+  return Status::Ok();
+}
+
+constexpr int64_t kNanosPerMs = 1'000'000;
+
+Status Ttl(uint32_t ms, Nanos* out) {
+  *out = int64_t{ms} * kNanosPerMs;
+  if (*out > kMaxLeaseTtl)
+    return InvalidArgument("lease ttl above " + std::to_string(kMaxLeaseTtl / kNanosPerMs) + " ms");
+  return Status::Ok();
+}
+
+v1::Tier EncodeTier(Tier t) {
+  switch (t) {
+    case Tier::kHbm:
+      return v1::HBM;
+    case Tier::kDram:
+      return v1::DRAM;
+    case Tier::kSsd:
+      return v1::SSD;
+  }
+  return v1::TIER_UNSPECIFIED;
+}
+
+Result<Tier> DecodeTier(v1::Tier t) {
+  switch (t) {
+    case v1::HBM:
+      return Tier::kHbm;
+    case v1::DRAM:
+      return Tier::kDram;
+    case v1::SSD:
+      return Tier::kSsd;
+    default:
+      return InvalidArgument("unknown tier");
+  }
+}
+
+v1::BlockMatch EncodeBlock(const BlockMatch& b) {
+  v1::BlockMatch out;
+  out.set_key(Bytes(b.key));
+  out.set_tier(EncodeTier(b.tier));
+  out.set_layout_id(b.layout_id);
+  out.set_payload_bytes(b.payload_bytes);
+  return out;
+}
+
+Status DecodeBlock(const v1::BlockMatch& in, BlockMatch* out) {
+  STRATA_RETURN_IF_ERROR(Digest(in.key(), "block key", &out->key));
+  Result<Tier> tier = DecodeTier(in.tier());
+  if (!tier.ok()) return tier.status();
+  out->tier = *tier;
+  out->layout_id = in.layout_id();
+  out->payload_bytes = in.payload_bytes();
+  if (out->payload_bytes > kMaxPayloadBytes) return InvalidArgument("payload size above the limit");
+  return Status::Ok();
+}
+
+}  // namespace
+
+v1::MatchRequest EncodeMatchRequest(const MatchKeysRequest& r) {
+  v1::MatchRequest out;
+  out.set_model_id(Bytes(r.model_id));
+  out.set_root_key(Bytes(r.root));
+  for (const ChainKey& k : r.keys) out.add_keys(Bytes(k));
+  out.set_block_tokens(r.block_tokens);
+  out.set_want_swa(r.want_swa);
+  out.set_take_lease(r.take_lease);
+  out.set_lease_ttl_ms(static_cast<uint32_t>(r.lease_ttl / kNanosPerMs));
+  return out;
+}
+
+Status DecodeMatchRequest(const v1::MatchRequest& in, DecodedMatch* out) {
+  if (in.keys_size() > static_cast<int>(kMaxBlocksPerCall)) {
+    return InvalidArgument("match of " + std::to_string(in.keys_size()) + " keys exceeds " +
+                           std::to_string(kMaxBlocksPerCall));
+  }
+  MatchKeysRequest& r = out->request;
+  STRATA_RETURN_IF_ERROR(Digest(in.model_id(), "model_id", &r.model_id));
+  STRATA_RETURN_IF_ERROR(Digest(in.root_key(), "root_key", &r.root));
+  out->keys.resize(static_cast<size_t>(in.keys_size()));
+  for (int i = 0; i < in.keys_size(); ++i) {
+    STRATA_RETURN_IF_ERROR(Digest(in.keys(i), "key", &out->keys[static_cast<size_t>(i)]));
+  }
+  r.keys = out->keys;
+  r.block_tokens = in.block_tokens();
+  r.want_swa = in.want_swa();
+  r.take_lease = in.take_lease();
+  return Ttl(in.lease_ttl_ms(), &r.lease_ttl);
+}
+
+v1::MatchResponse EncodeMatchResult(const MatchResult& m) {
+  v1::MatchResponse out;
+  for (const BlockMatch& b : m.blocks) *out.add_blocks() = EncodeBlock(b);
+  out.set_prefix_key(Bytes(m.prefix_key));
+  if (m.swa.has_value()) {
+    out.mutable_swa()->set_boundary_blocks(m.swa->boundary_blocks);
+    *out.mutable_swa()->mutable_entry() = EncodeBlock(m.swa->entry);
+  }
+  out.set_lease_id(m.lease);
+  out.set_prompt_blocks(m.prompt_blocks);
+  return out;
+}
+
+Result<MatchResult> DecodeMatchResponse(const v1::MatchResponse& in) {
+  if (in.blocks_size() > static_cast<int>(kMaxBlocksPerCall)) {
+    return InvalidArgument("match response has too many blocks");
+  }
+  MatchResult m;
+  m.blocks.resize(static_cast<size_t>(in.blocks_size()));
+  for (int i = 0; i < in.blocks_size(); ++i) {
+    STRATA_RETURN_IF_ERROR(DecodeBlock(in.blocks(i), &m.blocks[static_cast<size_t>(i)]));
+  }
+  STRATA_RETURN_IF_ERROR(Digest(in.prefix_key(), "prefix_key", &m.prefix_key));
+  if (in.has_swa()) {
+    SwaMatch swa;
+    swa.boundary_blocks = in.swa().boundary_blocks();
+    STRATA_RETURN_IF_ERROR(DecodeBlock(in.swa().entry(), &swa.entry));
+    if (swa.boundary_blocks == 0 || swa.boundary_blocks > m.blocks.size()) {
+      return InvalidArgument("SWA boundary outside the hit run");
+    }
+    m.swa = swa;
+  }
+  m.lease = in.lease_id();
+  m.prompt_blocks = in.prompt_blocks();
+  return m;
+}
+
+v1::ReserveRequest EncodeReserveRequest(const ModelId& model, std::span<const CommitBlock> blocks,
+                                        Nanos write_lease_ttl) {
+  v1::ReserveRequest out;
+  out.set_model_id(Bytes(model));
+  for (const CommitBlock& b : blocks) {
+    v1::CommitBlock* o = out.add_blocks();
+    o->set_key(Bytes(b.key));
+    o->set_kind(b.kind == StateKind::kGlobalKv ? v1::GLOBAL_KV : v1::SWA_STATE);
+    o->set_layout_id(b.layout_id);
+    o->set_payload_bytes(b.payload_bytes);
+    if (b.parent.has_value()) o->set_parent_key(Bytes(*b.parent));
+  }
+  out.set_write_lease_ttl_ms(static_cast<uint32_t>(write_lease_ttl / kNanosPerMs));
+  return out;
+}
+
+Status DecodeReserveRequest(const v1::ReserveRequest& in, ModelId* model,
+                            std::vector<CommitBlock>* blocks, Nanos* write_lease_ttl) {
+  if (in.blocks_size() == 0 || in.blocks_size() > static_cast<int>(kMaxBlocksPerCall)) {
+    return InvalidArgument("reserve needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
+  }
+  STRATA_RETURN_IF_ERROR(Digest(in.model_id(), "model_id", model));
+  blocks->assign(static_cast<size_t>(in.blocks_size()), {});
+  for (int i = 0; i < in.blocks_size(); ++i) {
+    const v1::CommitBlock& b = in.blocks(i);
+    CommitBlock& o = (*blocks)[static_cast<size_t>(i)];
+    STRATA_RETURN_IF_ERROR(Digest(b.key(), "key", &o.key));
+    if (b.kind() != v1::GLOBAL_KV && b.kind() != v1::SWA_STATE) {
+      return InvalidArgument("block " + std::to_string(i) + ": unknown state kind");
+    }
+    o.kind = b.kind() == v1::GLOBAL_KV ? StateKind::kGlobalKv : StateKind::kSwaState;
+    o.layout_id = b.layout_id();
+    o.payload_bytes = b.payload_bytes();
+    if (!b.parent_key().empty()) {
+      ChainKey parent;
+      STRATA_RETURN_IF_ERROR(Digest(b.parent_key(), "parent_key", &parent));
+      o.parent = parent;
+    }
+  }
+  return Ttl(in.write_lease_ttl_ms(), write_lease_ttl);
+}
+
+// The wire codes are the StatusCode values; keep the two enums in step.
+static_assert(static_cast<int>(StatusCode::kNotFound) == v1::NOT_FOUND);
+static_assert(static_cast<int>(StatusCode::kLeaseExpired) == v1::LEASE_EXPIRED);
+static_assert(static_cast<int>(StatusCode::kChecksumMismatch) == v1::CHECKSUM_MISMATCH);
+static_assert(static_cast<int>(StatusCode::kResourceExhausted) == v1::RESOURCE_EXHAUSTED);
+static_assert(static_cast<int>(StatusCode::kPermissionDenied) == v1::PERMISSION_DENIED);
+static_assert(static_cast<int>(StatusCode::kUnauthenticated) == v1::UNAUTHENTICATED);
+static_assert(static_cast<int>(StatusCode::kUnavailable) == v1::UNAVAILABLE);
+static_assert(static_cast<int>(StatusCode::kDeadlineExceeded) == v1::DEADLINE_EXCEEDED);
+static_assert(static_cast<int>(StatusCode::kInvalidArgument) == v1::INVALID_ARGUMENT);
+static_assert(static_cast<int>(StatusCode::kAlreadyExists) == v1::ALREADY_EXISTS);
+static_assert(static_cast<int>(StatusCode::kInternal) == v1::INTERNAL);
+
+v1::Code EncodeCode(StatusCode code) { return static_cast<v1::Code>(code); }
+
+StatusCode DecodeCode(v1::Code code) {
+  if (code < v1::OK || code > v1::INTERNAL) return StatusCode::kInternal;
+  return static_cast<StatusCode>(code);
+}
+
+v1::PublishResponse EncodePublishResult(const PublishResult& r) {
+  v1::PublishResponse out;
+  for (const Status& s : r.blocks) {
+    v1::BlockStatus* b = out.add_blocks();
+    b->set_code(EncodeCode(s.code()));
+    b->set_message(s.message().substr(0, 4096));
+  }
+  out.set_published(r.published);
+  return out;
+}
+
+PublishResult DecodePublishResponse(const v1::PublishResponse& in) {
+  PublishResult r;
+  for (const v1::BlockStatus& b : in.blocks()) {
+    const StatusCode code = DecodeCode(b.code());
+    r.blocks.push_back(code == StatusCode::kOk ? Status::Ok() : Status(code, b.message()));
+  }
+  r.published = in.published();
+  return r;
+}
+
+v1::EntryInfo EncodeEntryInfo(const EntryInfo& e, Nanos now) {
+  v1::EntryInfo out;
+  out.set_key(Bytes(e.key));
+  out.set_kind(e.kind == StateKind::kGlobalKv ? v1::GLOBAL_KV : v1::SWA_STATE);
+  out.set_model_id(Bytes(e.model_id));
+  out.set_layout_id(e.layout_id);
+  out.set_payload_bytes(e.payload_bytes);
+  out.set_checksum(e.checksum);
+  out.set_tier(EncodeTier(e.tier));
+  out.set_age_ms((now - e.commit_time) / kNanosPerMs);
+  out.set_expires_in_ms((e.expiry - now) / kNanosPerMs);
+  out.set_pinned_for_ms(e.pinned_until > now ? (e.pinned_until - now) / kNanosPerMs : 0);
+  out.set_live_leases(e.live_leases);
+  out.set_hits(e.hits);
+  out.set_has_parent(e.has_parent);
+  out.set_children(e.children);
+  return out;
+}
+
+}  // namespace strata::wire
