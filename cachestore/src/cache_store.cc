@@ -21,7 +21,6 @@
 #include <cstring>
 #include <shared_mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "entry.h"
 #include "eviction_policy.h"
@@ -156,11 +155,6 @@ struct CacheStore::Impl {
     auto [it, inserted] = ns_ids.emplace(ns, static_cast<uint32_t>(ns_names.size()));
     if (inserted) ns_names.push_back(ns);
     return it->second;
-  }
-
-  std::string NamespaceName(uint32_t id) const {
-    std::shared_lock lock(ns_mu);
-    return id < ns_names.size() ? ns_names[id] : std::string();
   }
 
   Nanos TtlFor(StateKind kind) const {

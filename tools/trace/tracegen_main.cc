@@ -1,52 +1,47 @@
 // strata-tracegen: writes a synthetic multi-turn trace (Mooncake format).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "strata/trace/trace_generator.h"
 
 int main(int argc, char** argv) {
   using strata::trace::TraceGeneratorOptions;
-  CLI::App app{"strata-tracegen: synthetic multi-turn chat/agent traces (Mooncake JSONL)"};
-  std::string preset = "chat", out_path;
-  TraceGeneratorOptions o;
-  app.add_option("--preset", preset, "chat or agent (flags below override it)");
-  app.add_option("-o,--output", out_path, "Output file")->required();
-  // Parsed into a copy so the preset can be applied first, then overridden.
-  TraceGeneratorOptions flags;
-  auto* seed = app.add_option("--seed", flags.seed, "Random seed");
-  auto* convs = app.add_option("--conversations", flags.conversations, "Conversations");
-  auto* dur = app.add_option("--duration-s", flags.duration_s, "Arrival window, seconds");
-  auto* turns = app.add_option("--mean-turns", flags.mean_turns, "Mean turns per conversation");
-  auto* think = app.add_option("--mean-think-s", flags.mean_think_s, "Mean think time, seconds");
-  auto* prompts = app.add_option("--system-prompts", flags.system_prompts, "Shared system prompts");
-  auto* zipf = app.add_option("--system-prompt-zipf", flags.system_prompt_zipf, "Zipf skew");
-  auto* sys = app.add_option("--system-prompt-tokens", flags.system_prompt_tokens, "Tokens");
-  auto* first = app.add_option("--first-message-tokens", flags.first_message_tokens, "Mean");
-  auto* msg = app.add_option("--message-tokens", flags.message_tokens, "Mean");
-  auto* outp = app.add_option("--output-tokens", flags.output_tokens, "Mean");
-  auto* maxc = app.add_option("--max-context-tokens", flags.max_context_tokens, "Cap");
-  bool json = false;
-  app.add_flag("--json", json, "Print a JSON summary instead of a line of text");
-  CLI11_PARSE(app, argc, argv);
-
+  // The preset supplies the defaults that the other flags override, so it
+  // is read before they are parsed (CLI11 still validates and documents it).
+  std::string preset = "chat";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--preset" && i + 1 < argc) preset = argv[i + 1];
+    if (arg.starts_with("--preset=")) preset = std::string(arg.substr(9));
+  }
   auto base = TraceGeneratorOptions::Preset(preset);
   if (!base.ok()) {
     std::fprintf(stderr, "strata-tracegen: %s\n", base.status().ToString().c_str());
     return 2;
   }
-  o = *base;
-  if (*seed) o.seed = flags.seed;
-  if (*convs) o.conversations = flags.conversations;
-  if (*dur) o.duration_s = flags.duration_s;
-  if (*turns) o.mean_turns = flags.mean_turns;
-  if (*think) o.mean_think_s = flags.mean_think_s;
-  if (*prompts) o.system_prompts = flags.system_prompts;
-  if (*zipf) o.system_prompt_zipf = flags.system_prompt_zipf;
-  if (*sys) o.system_prompt_tokens = flags.system_prompt_tokens;
-  if (*first) o.first_message_tokens = flags.first_message_tokens;
-  if (*msg) o.message_tokens = flags.message_tokens;
-  if (*outp) o.output_tokens = flags.output_tokens;
-  if (*maxc) o.max_context_tokens = flags.max_context_tokens;
+  TraceGeneratorOptions o = *base;
+
+  CLI::App app{"strata-tracegen: synthetic multi-turn chat/agent traces (Mooncake JSONL)"};
+  std::string out_path;
+  app.add_option("--preset", preset, "chat or agent (flags below override it)");
+  app.add_option("-o,--output", out_path, "Output file")->required();
+  app.add_option("--seed", o.seed, "Random seed");
+  app.add_option("--conversations", o.conversations, "Conversations");
+  app.add_option("--duration-s", o.duration_s, "Arrival window, seconds");
+  app.add_option("--mean-turns", o.mean_turns, "Mean turns per conversation");
+  app.add_option("--mean-think-s", o.mean_think_s, "Mean think time, seconds");
+  app.add_option("--system-prompts", o.system_prompts, "Shared system prompts");
+  app.add_option("--system-prompt-zipf", o.system_prompt_zipf, "Zipf skew");
+  app.add_option("--system-prompt-tokens", o.system_prompt_tokens, "Tokens");
+  app.add_option("--first-message-tokens", o.first_message_tokens, "Mean");
+  app.add_option("--message-tokens", o.message_tokens, "Mean");
+  app.add_option("--output-tokens", o.output_tokens, "Mean");
+  app.add_option("--max-context-tokens", o.max_context_tokens, "Cap");
+  bool json = false;
+  app.add_flag("--json", json, "Print a JSON summary instead of a line of text");
+  CLI11_PARSE(app, argc, argv);
 
   const auto requests = strata::trace::GenerateTrace(o);
   if (auto st = strata::trace::WriteTrace(out_path, requests); !st.ok()) {
