@@ -3,8 +3,12 @@
 #include <CLI/CLI.hpp>
 
 #include "kernels_bench.h"
+#include "node_bench.h"
+#include "raw_ucx.h"
 #include "replay_bench.h"
+#include "ssd_bench.h"
 #include "store_bench.h"
+#include "worker_bench.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata-bench: Strata benchmarks, each next to its baseline"};
@@ -21,9 +25,29 @@ int main(int argc, char** argv) {
   CLI::App* kernels = app.add_subcommand(
       "kernels", "CPU (or --gpu: CUDA) kernels vs memcpy bandwidth and a FLOP/s peak estimate");
   kernels_opts.Register(*kernels);
+  strata::bench::SsdBenchOptions ssd_opts;
+  CLI::App* ssd = app.add_subcommand(
+      "ssd", "SSD tier (io_uring, O_DIRECT) reads/writes vs fio on the same file system");
+  ssd_opts.Register(*ssd);
+  strata::bench::UcxBenchOptions ucx_opts;
+  CLI::App* ucx = app.add_subcommand(
+      "ucx", "UCX data plane fetches (shm RMA, tcp active messages) vs raw UCX");
+  ucx_opts.Register(*ucx);
+  strata::bench::NodeBenchOptions node_opts;
+  CLI::App* node = app.add_subcommand(
+      "node", "strata-node fetches over UCX shm and TCP vs raw UCX and Redis; match latency");
+  node_opts.Register(*node);
+  strata::bench::WorkerBenchOptions worker_opts;
+  CLI::App* worker = app.add_subcommand(
+      "worker", "Mini V4.1 worker: TTFT cold vs warm (90% hit), SWA miss 8K vs 32K, decode");
+  worker_opts.Register(*worker);
   CLI11_PARSE(app, argc, argv);
   if (store->parsed()) return strata::bench::RunStoreBench(store_opts);
   if (replay->parsed()) return strata::bench::RunReplayBench(replay_opts);
   if (kernels->parsed()) return strata::bench::RunKernelsBench(kernels_opts);
+  if (ssd->parsed()) return strata::bench::RunSsdBench(ssd_opts);
+  if (ucx->parsed()) return strata::bench::RunUcxBench(ucx_opts);
+  if (node->parsed()) return strata::bench::RunNodeBench(node_opts);
+  if (worker->parsed()) return strata::bench::RunWorkerBench(worker_opts);
   return 0;
 }

@@ -13,7 +13,7 @@ PACKAGES=(
   # data plane, RDMA discovery, SSD tier, index
   libucx-dev ucx-utils libibverbs-dev liburing-dev librocksdb-dev
   # hashing, checksums, logging, CLI, config, HTTP
-  libssl-dev libxxhash-dev libspdlog-dev libfmt-dev libcli11-dev
+  libssl-dev openssl libxxhash-dev libspdlog-dev libfmt-dev libcli11-dev
   libyaml-cpp-dev libcpp-httplib-dev
   # tests and benchmarks (baselines: Redis, fio; cluster: etcd)
   libgtest-dev libgmock-dev libbenchmark-dev

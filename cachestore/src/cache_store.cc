@@ -19,8 +19,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "entry.h"
 #include "eviction_policy.h"
@@ -131,6 +133,234 @@ struct CacheStore::Impl {
   std::mutex maintenance_mu;
   std::condition_variable maintenance_cv;
   bool stopping = false;
+  uint64_t maintenance_runs = 0;  // maintenance_mu
+
+  // ---- SSD tier (see ssd_tier.h) -------------------------------------------
+  std::unique_ptr<SsdTier> ssd;
+  mutable std::mutex wb_mu;
+  std::condition_variable wb_cv;       // work queued, or stopping
+  std::condition_variable wb_idle_cv;  // queue drained
+  std::deque<EntryRef> wb_queue;       // wb_mu
+  size_t wb_busy = 0;                  // wb_mu; entries taken, not yet written
+  bool wb_stopping = false;            // wb_mu
+  std::thread wb_thread;
+  std::atomic<uint64_t> wb_dropped{0};
+  std::atomic<uint64_t> promotions_done{0};
+  Counter* ssd_promotions = nullptr;
+  Counter* ssd_wb_dropped = nullptr;
+  Gauge* ssd_wb_pending = nullptr;
+  // One SSD read per entry however many fetches want it at once.
+  struct Promotion {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  std::mutex promo_mu;
+  std::unordered_map<EntryKey, std::shared_ptr<Promotion>, EntryKeyHash> promotions;  // promo_mu
+
+  std::string NamespaceName(uint32_t id) const {
+    std::shared_lock lock(ns_mu);
+    return id < ns_names.size() ? ns_names[id] : std::string();
+  }
+
+  bool SsdAdmits(StateKind kind) const {
+    return ssd != nullptr && (kind == StateKind::kGlobalKv || opts.ssd_swa_state);
+  }
+
+  // Queues a committed entry for write-back; drops it (counted) when full.
+  void EnqueueWriteBack(Entry* e) {
+    {
+      std::lock_guard lock(wb_mu);
+      if (wb_queue.size() >= opts.ssd_writeback_queue) {
+        wb_dropped.fetch_add(1);
+        ssd_wb_dropped->Increment();
+        return;
+      }
+      wb_queue.push_back({e, e->generation});
+      ssd_wb_pending->Set(static_cast<int64_t>(wb_queue.size() + wb_busy));
+    }
+    wb_cv.notify_one();
+  }
+
+  void WriteBackLoop() {
+    std::unique_lock lock(wb_mu);
+    while (true) {
+      wb_cv.wait(lock, [&] { return wb_stopping || !wb_queue.empty(); });
+      if (wb_queue.empty()) return;  // stopping, and drained
+      std::vector<EntryRef> batch;
+      while (!wb_queue.empty() && batch.size() < opts.ssd_writeback_batch) {
+        batch.push_back(wb_queue.front());
+        wb_queue.pop_front();
+      }
+      wb_busy = batch.size();
+      lock.unlock();
+      WriteBack(batch);
+      lock.lock();
+      wb_busy = 0;
+      ssd_wb_pending->Set(static_cast<int64_t>(wb_queue.size()));
+      if (wb_queue.empty()) wb_idle_cv.notify_all();
+    }
+  }
+
+  // Writes a batch of DRAM entries to the SSD tier, each pinned as a reader
+  // meanwhile. Entries gone since they were queued are skipped.
+  void WriteBack(const std::vector<EntryRef>& batch) {
+    std::vector<EntryRef> pinned;
+    std::vector<SsdWrite> writes;
+    {
+      std::lock_guard lock(structure_mu);  // generations are read under it
+      for (const EntryRef& ref : batch) {
+        Entry* e = ref.entry;
+        Shard& shard = ShardFor(e->key);
+        std::shared_lock slock(shard.mu);
+        if (e->generation != ref.generation || e->state.load() != EntryState::kCommitted) continue;
+        e->readers.fetch_add(1);
+        pinned.push_back(ref);
+      }
+    }
+    for (const EntryRef& ref : pinned) {
+      const Entry* e = ref.entry;
+      SsdWrite w;
+      w.key = {NamespaceName(e->key.ns), e->model_id, e->key.chain, e->key.kind};
+      w.payload = arena->Bytes(e->extent, e->payload_bytes);
+      w.readable_bytes = e->extent.length;  // 4 KiB granules: written in place
+      w.entry_checksum = e->checksum;
+      w.layout_id = e->layout_id;
+      writes.push_back(std::move(w));
+    }
+    if (!writes.empty()) (void)ssd->WriteBatch(writes);  // failures are counted by the tier
+    for (const EntryRef& ref : pinned) Unpin(ref, /*lease=*/false);
+  }
+
+  // A committed entry under `k`, pinned as a reader; none if absent.
+  EntryRef PinReader(const EntryKey& k, Nanos now) {
+    Shard& shard = ShardFor(k);
+    std::shared_lock lock(shard.mu);
+    Entry* e = FindVisibleLocked(shard, k, now);
+    if (e == nullptr) return {};
+    e->readers.fetch_add(1);
+    return {e, e->generation};
+  }
+
+  // The entry pinned as a reader, from DRAM, or promoted from the SSD tier
+  // (one read shared by every concurrent caller). NOT_FOUND on a miss.
+  Result<EntryRef> PinOrPromote(const EntryKey& k, const ModelId& model,
+                                const std::optional<ChainKey>& parent, Nanos now) {
+    if (EntryRef ref = PinReader(k, now); ref.entry != nullptr) return ref;
+    if (!SsdAdmits(k.kind)) return NotFound("not stored");
+    std::shared_ptr<Promotion> p;
+    bool leader = false;
+    {
+      std::lock_guard lock(promo_mu);
+      auto [it, inserted] = promotions.try_emplace(k);
+      if (inserted) it->second = std::make_shared<Promotion>();
+      p = it->second;
+      leader = inserted;
+    }
+    if (!leader) {
+      std::unique_lock lock(p->mu);
+      p->cv.wait(lock, [&] { return p->done; });
+      if (!p->status.ok()) return p->status;
+      lock.unlock();
+      if (EntryRef ref = PinReader(k, now); ref.entry != nullptr) return ref;
+      return NotFound("promoted entry was evicted before it could be read");
+    }
+    Result<EntryRef> result = Promote(k, model, parent, now);
+    {
+      std::lock_guard lock(p->mu);
+      p->done = true;
+      p->status = result.ok() ? Status::Ok() : result.status();
+    }
+    p->cv.notify_all();
+    {
+      std::lock_guard lock(promo_mu);
+      promotions.erase(k);
+    }
+    return result;
+  }
+
+  // Reads an SSD entry into a fresh DRAM entry (reserved, so invisible while
+  // the bytes arrive), then publishes it pinned for the caller.
+  Result<EntryRef> Promote(const EntryKey& k, const ModelId& model,
+                           const std::optional<ChainKey>& parent, Nanos now) {
+    const SsdKey key{NamespaceName(k.ns), model, k.chain, k.kind};
+    const std::optional<SsdEntryMeta> meta = ssd->Lookup(key);
+    if (!meta.has_value()) return NotFound("not stored");
+    const Layout* layout = FindLayout(meta->layout_id);
+    if (layout == nullptr || layout->kind != k.kind ||
+        layout->PayloadBytes() != meta->payload_bytes) {
+      return NotFound("SSD entry has an unknown layout " + std::to_string(meta->layout_id));
+    }
+    Entry* e = nullptr;
+    {
+      std::lock_guard lock(structure_mu);
+      Shard& shard = ShardFor(k);
+      {
+        std::shared_lock slock(shard.mu);
+        if (shard.map.count(k) != 0) {
+          slock.unlock();
+          // Committed meanwhile (or being committed): serve the DRAM copy.
+          if (EntryRef ref = PinReader(k, now); ref.entry != nullptr) return ref;
+          return NotFound("entry is being committed");
+        }
+      }
+      std::optional<Extent> extent = AllocateLocked(meta->payload_bytes, now);
+      if (!extent.has_value()) {
+        return ResourceExhausted("no room in the DRAM tier to promote an SSD entry");
+      }
+      e = pool.Acquire();
+      e->key = k;
+      e->model_id = model;
+      e->layout_id = meta->layout_id;
+      e->payload_bytes = meta->payload_bytes;
+      e->checksum = meta->entry_checksum;
+      e->extent = *extent;
+      e->state.store(EntryState::kReserved);
+      {
+        std::unique_lock slock(shard.mu);
+        shard.map.emplace(k, e);
+      }
+      ++reserved_entries;
+      reserved_bytes += e->extent.length;
+      payload_bytes.fetch_add(e->payload_bytes);
+      m.used_bytes->Set(static_cast<int64_t>(arena->used_bytes()));
+    }
+    // The whole granule-rounded extent: with 4 KiB granules it is read into
+    // directly (O_DIRECT), no bounce copy.
+    const Status read = ssd->Read({key, arena->Bytes(e->extent, e->extent.length)});
+    std::lock_guard lock(structure_mu);
+    if (!read.ok()) {
+      EraseLocked(e);
+      return read;
+    }
+    Entry* parent_entry = nullptr;
+    if (parent.has_value() && k.kind == StateKind::kGlobalKv) {
+      const EntryKey pk{k.ns, StateKind::kGlobalKv, *parent};
+      Shard& pshard = ShardFor(pk);
+      std::shared_lock slock(pshard.mu);
+      parent_entry = FindVisibleLocked(pshard, pk, now);
+    }
+    {
+      Shard& shard = ShardFor(k);
+      std::unique_lock slock(shard.mu);
+      e->commit_time = now;
+      e->expiry = now + TtlFor(k.kind);
+      e->readers.fetch_add(1);  // the caller's pin
+      e->state.store(EntryState::kCommitted);
+    }
+    --reserved_entries;
+    reserved_bytes -= e->extent.length;
+    CountEntry(e, +1);
+    if (parent_entry != nullptr) TreeLink(e, parent_entry);
+    TtlAppend(e);
+    policy->OnInsert(e);
+    // Keep the ancestor younger than its new child (prefix-safe LRU).
+    if (parent_entry != nullptr) policy->OnAccess(parent_entry);
+    promotions_done.fetch_add(1);
+    ssd_promotions->Increment();
+    return EntryRef{e, e->generation};
+  }
 
   // ---- small lookups ------------------------------------------------------
 
@@ -405,6 +635,7 @@ struct CacheStore::Impl {
       if (stopping) break;
       lock.unlock();
       RunMaintenance();
+      MaybeRunSsdMaintenance(/*background=*/true);
       lock.lock();
     }
   }
@@ -424,6 +655,17 @@ struct CacheStore::Impl {
     }
     report.evicted = EvictToWatermarkLocked(now);
     return report;
+  }
+
+  // The SSD pass scans its whole index: every 10th background run (about a
+  // second), every explicit one.
+  void MaybeRunSsdMaintenance(bool background) {
+    if (ssd == nullptr) return;
+    {
+      std::lock_guard lock(maintenance_mu);
+      if (background && maintenance_runs++ % 10 != 0) return;
+    }
+    ssd->RunMaintenance();
   }
 };
 
@@ -501,8 +743,28 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   std::vector<Layout> layouts = {MakeGlobalKvLayout(kV41GlobalKvLayoutId),
                                  MakeSwaLayout(kV41SwaLayoutId)};
   layouts.insert(layouts.end(), options.extra_layouts.begin(), options.extra_layouts.end());
+  if (options.ssd.has_value()) {
+    if (options.ssd_writeback_batch == 0 || options.ssd_writeback_queue == 0) {
+      return InvalidArgument("SSD write-back batch and queue must be positive");
+    }
+    SsdTierOptions ssd_opts = *options.ssd;
+    if (ssd_opts.metrics == nullptr) ssd_opts.metrics = impl->registry;
+    auto ssd = SsdTier::Open(std::move(ssd_opts));
+    if (!ssd.ok()) return ssd.status();
+    impl->ssd = std::move(ssd).value();
+    impl->ssd_promotions =
+        r.GetCounter("strata_ssd_promotions_total", "SSD entries read into the DRAM tier.");
+    impl->ssd_wb_dropped = r.GetCounter("strata_ssd_writeback_dropped_total",
+                                        "Entries not written back: the queue was full.");
+    impl->ssd_wb_pending =
+        r.GetGauge("strata_ssd_writeback_pending", "Entries queued for SSD write-back.");
+  }
   std::unique_ptr<CacheStore> store(new CacheStore(std::move(impl)));
   for (const Layout& l : layouts) STRATA_RETURN_IF_ERROR(store->RegisterLayout(l));
+  if (store->impl_->ssd != nullptr) {
+    Impl* p = store->impl_.get();
+    p->wb_thread = std::thread([p] { p->WriteBackLoop(); });
+  }
   if (options.maintenance_interval > 0) {
     Impl* p = store->impl_.get();
     p->maintenance = std::thread([p] { p->MaintenanceLoop(); });
@@ -517,6 +779,13 @@ CacheStore::~CacheStore() {
   }
   impl_->maintenance_cv.notify_all();
   if (impl_->maintenance.joinable()) impl_->maintenance.join();
+  // Write back what is queued, so a clean restart keeps it.
+  {
+    std::lock_guard lock(impl_->wb_mu);
+    impl_->wb_stopping = true;
+  }
+  impl_->wb_cv.notify_all();
+  if (impl_->wb_thread.joinable()) impl_->wb_thread.join();
   // No call may be in flight now; end every lease so nothing stays pinned,
   // then the arena and pool go with impl_.
   for (LeaseRecord& rec : impl_->leases.TakeAll()) impl_->EndLease(rec, /*expired=*/false);
@@ -568,7 +837,11 @@ class CacheStore::PrefixLookup {
   PrefixLookup(Impl& s, const Principal& caller, const ModelId& model, uint32_t block_tokens,
                uint32_t prompt_blocks, bool lease, Nanos lease_ttl)
       : s_(s),
-        ns_(s.FindNamespace(caller.ns)),
+        // With an SSD tier a namespace may have entries this process never
+        // saw committed (written before a restart).
+        ns_(s.ssd != nullptr ? std::optional<uint32_t>(s.InternNamespace(caller.ns))
+                             : s.FindNamespace(caller.ns)),
+        ns_name_(caller.ns),
         lease_(lease),
         lease_ttl_(lease_ttl > 0 ? lease_ttl : s.opts.default_read_lease_ttl),
         start_(s.clock->Now()) {
@@ -586,8 +859,15 @@ class CacheStore::PrefixLookup {
     if (!ns_.has_value()) return false;  // a namespace that never stored anything
     const EntryKey k{*ns_, StateKind::kGlobalKv, key};
     Entry* e = Pin(k);
-    if (e == nullptr) return false;
-    result_.blocks.push_back({key, Tier::kDram, e->layout_id, e->payload_bytes});
+    if (e == nullptr) {
+      std::optional<SsdEntryMeta> meta = LookupSsd(k);
+      if (!meta.has_value()) return false;
+      result_.blocks.push_back(
+          {key, Tier::kSsd, meta->layout_id, meta->payload_bytes, meta->entry_checksum, 0});
+      return true;
+    }
+    result_.blocks.push_back(
+        {key, Tier::kDram, e->layout_id, e->payload_bytes, e->checksum, e->extent.offset});
     return true;
   }
 
@@ -598,7 +878,15 @@ class CacheStore::PrefixLookup {
     for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
       const EntryKey k{*ns_, StateKind::kSwaState, result_.blocks[b - 1].key};
       if (Entry* e = Pin(k)) {
-        result_.swa = SwaMatch{b, {k.chain, Tier::kDram, e->layout_id, e->payload_bytes}};
+        result_.swa = SwaMatch{
+            b,
+            {k.chain, Tier::kDram, e->layout_id, e->payload_bytes, e->checksum, e->extent.offset}};
+        return;
+      }
+      if (std::optional<SsdEntryMeta> meta = LookupSsd(k)) {
+        result_.swa = SwaMatch{
+            b,
+            {k.chain, Tier::kSsd, meta->layout_id, meta->payload_bytes, meta->entry_checksum, 0}};
         return;
       }
     }
@@ -649,13 +937,29 @@ class CacheStore::PrefixLookup {
     Entry* e = s_.FindVisibleLocked(shard, k, start_);
     if (e == nullptr) return nullptr;
     if (lease_) e->leases.fetch_add(1);
-    e->hits.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t earlier_hits = e->hits.fetch_add(1, std::memory_order_relaxed);
     hits_.push_back({e, e->generation});
+    if (earlier_hits == 0 && s_.SsdAdmits(k.kind) &&
+        s_.opts.ssd_admission == CacheStoreOptions::SsdAdmission::kHitOnce) {
+      s_.EnqueueWriteBack(e);
+    }
     return e;
+  }
+
+  // An SSD-only entry: a hit, reported as Tier::kSsd and promoted by fetch.
+  // Not leased (the SSD tier evicts by days-long TTL and watermarks; a block
+  // gone by fetch time cuts the prefix there).
+  std::optional<SsdEntryMeta> LookupSsd(const EntryKey& k) {
+    if (!s_.SsdAdmits(k.kind)) return std::nullopt;
+    const SsdKey key{ns_name_, result_.model_id, k.chain, k.kind};
+    std::optional<SsdEntryMeta> meta = s_.ssd->Lookup(key);
+    if (meta.has_value()) s_.ssd->Touch(key);
+    return meta;
   }
 
   Impl& s_;
   const std::optional<uint32_t> ns_;
+  const std::string ns_name_;
   const bool lease_;
   const Nanos lease_ttl_;
   const Nanos start_;
@@ -752,9 +1056,45 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     if (write_lease) {
       return fail(InvalidArgument("lease " + std::to_string(match.lease) + " is a write lease"));
     }
+    if (s.ssd != nullptr) {
+      // The lease holds the DRAM blocks only; line them up with the match
+      // and promote the SSD-only ones in between.
+      std::vector<EntryRef> leased = std::move(pinned);
+      pinned.clear();
+      size_t j = 0;
+      for (size_t b = 0; b < n; ++b) {
+        if (j < leased.size() && leased[j].entry->key.chain == match.blocks[b].key) {
+          pinned.push_back(leased[j++]);
+          continue;
+        }
+        Result<EntryRef> ref = s.PinOrPromote(
+            {*ns, StateKind::kGlobalKv, match.blocks[b].key}, match.model_id,
+            b > 0 ? std::optional<ChainKey>(match.blocks[b - 1].key) : std::nullopt, start);
+        if (!ref.ok()) {
+          pin_status = NotFound("block " + std::to_string(b) +
+                                " is no longer stored: " + ref.status().message());
+          break;
+        }
+        pinned.push_back(*ref);
+      }
+      for (; j < leased.size(); ++j) s.Unpin(leased[j], /*lease=*/false);
+      if (want_swa && swa_ref.entry == nullptr) {
+        Result<EntryRef> ref = s.PinOrPromote({*ns, StateKind::kSwaState, match.swa->entry.key},
+                                              match.model_id, std::nullopt, start);
+        if (ref.ok()) swa_ref = *ref;
+      }
+    }
   } else {
     auto pin = [&](StateKind kind, const ChainKey& key) -> EntryRef {
       const EntryKey k{*ns, kind, key};
+      if (s.ssd != nullptr) {
+        // The previous block, promoted just before, becomes the parent.
+        std::optional<ChainKey> parent;
+        if (kind == StateKind::kGlobalKv && !pinned.empty())
+          parent = pinned.back().entry->key.chain;
+        Result<EntryRef> ref = s.PinOrPromote(k, match.model_id, parent, start);
+        return ref.ok() ? *ref : EntryRef{};
+      }
       Impl::Shard& shard = s.ShardFor(k);
       std::shared_lock lock(shard.mu);
       Entry* e = s.FindVisibleLocked(shard, k, start);
@@ -1076,6 +1416,10 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
     s.TtlAppend(e);
     published.push_back(e);
     s.m.commit_bytes->Increment(e->payload_bytes);
+    if (s.SsdAdmits(e->key.kind) &&
+        s.opts.ssd_admission == CacheStoreOptions::SsdAdmission::kAllGlobalKv) {
+      s.EnqueueWriteBack(e);
+    }
   }
   // Newest blocks in, deepest first; then their existing ancestors touched
   // root-last, so along every chain an ancestor is younger than its
@@ -1150,6 +1494,26 @@ Status CacheStore::Abort(const Principal& caller, LeaseId lease) {
 // ---- admin ------------------------------------------------------------------
 
 namespace {
+// Every field of an entry (structure lock held: the tree links are read).
+EntryInfo DescribeLocked(const Entry& e, const std::string& ns) {
+  EntryInfo info;
+  info.key = e.key.chain;
+  info.kind = e.key.kind;
+  info.ns = ns;
+  info.model_id = e.model_id;
+  info.layout_id = e.layout_id;
+  info.payload_bytes = e.payload_bytes;
+  info.checksum = e.checksum;
+  info.commit_time = e.commit_time;
+  info.expiry = e.expiry;
+  info.pinned_until = e.pinned_until.load();
+  info.live_leases = e.leases.load();
+  info.hits = e.hits.load();
+  info.has_parent = e.parent != nullptr;
+  for (const Entry* c = e.first_child; c != nullptr; c = c->next_sibling) ++info.children;
+  return info;
+}
+
 // Finds a committed entry for an admin call; NOT_FOUND otherwise.
 template <typename ImplT, typename Fn>
 Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKind kind, Fn fn) {
@@ -1172,8 +1536,17 @@ Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKi
 
 Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
-  return WithEntry(*impl_, caller, key, kind,
-                   [&](Entry* e) { impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit); });
+  std::optional<ModelId> model;
+  STRATA_RETURN_IF_ERROR(WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
+    model = e->model_id;
+    impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit);
+  }));
+  // The SSD copy too, or the next match would find it there. Its SSD-only
+  // descendants can no longer be reached (a match stops at this block).
+  if (impl_->ssd != nullptr && model.has_value()) {
+    (void)impl_->ssd->Erase({caller.ns, *model, key, kind});
+  }
+  return Status::Ok();
 }
 
 Status CacheStore::Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl) {
@@ -1192,26 +1565,23 @@ Result<EntryInfo> CacheStore::Inspect(const Principal& caller, const ChainKey& k
                                       StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   EntryInfo info;
-  STRATA_RETURN_IF_ERROR(WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
-    info.key = e->key.chain;
-    info.kind = e->key.kind;
-    info.ns = caller.ns;
-    info.model_id = e->model_id;
-    info.layout_id = e->layout_id;
-    info.payload_bytes = e->payload_bytes;
-    info.checksum = e->checksum;
-    info.commit_time = e->commit_time;
-    info.expiry = e->expiry;
-    info.pinned_until = e->pinned_until.load();
-    info.live_leases = e->leases.load();
-    info.hits = e->hits.load();
-    info.has_parent = e->parent != nullptr;
-    for (Entry* c = e->first_child; c != nullptr; c = c->next_sibling) ++info.children;
-  }));
+  STRATA_RETURN_IF_ERROR(WithEntry(*impl_, caller, key, kind,
+                                   [&](Entry* e) { info = DescribeLocked(*e, caller.ns); }));
   return info;
 }
 
-MaintenanceReport CacheStore::RunMaintenance() { return impl_->RunMaintenance(); }
+MaintenanceReport CacheStore::RunMaintenance() {
+  MaintenanceReport report = impl_->RunMaintenance();
+  impl_->MaybeRunSsdMaintenance(/*background=*/false);
+  return report;
+}
+
+void CacheStore::FlushWriteBack() {
+  Impl& s = *impl_;
+  if (s.ssd == nullptr) return;
+  std::unique_lock lock(s.wb_mu);
+  s.wb_idle_cv.wait(lock, [&] { return s.wb_queue.empty() && s.wb_busy == 0; });
+}
 
 StoreStats CacheStore::Stats() const {
   const Impl& s = *impl_;
@@ -1230,6 +1600,14 @@ StoreStats CacheStore::Stats() const {
   st.write_leases = s.leases.live(/*write=*/true);
   for (size_t i = 0; i < st.evictions.size(); ++i) st.evictions[i] = s.evictions[i].load();
   st.huge_pages = s.arena->huge_pages();
+  if (s.ssd != nullptr) {
+    st.ssd_enabled = true;
+    st.ssd = s.ssd->Stats();
+    st.ssd_writeback_dropped = s.wb_dropped.load();
+    st.ssd_promotions = s.promotions_done.load();
+    std::lock_guard lock(s.wb_mu);
+    st.ssd_writeback_pending = s.wb_queue.size() + s.wb_busy;
+  }
   return st;
 }
 
@@ -1300,6 +1678,192 @@ Status CacheStore::CheckInvariantsForTesting() const {
   if (static_cast<int64_t>(committed[0]) != s.m.entries_global->Value() ||
       static_cast<int64_t>(committed[1]) != s.m.entries_swa->Value()) {
     return Internal("entry gauges drifted");
+  }
+  return Status::Ok();
+}
+
+// ---- admin: listing and eviction by filter ------------------------------------
+
+namespace {
+bool Matches(const EntryFilter& f, const Entry& e, Nanos now) {
+  if (f.model_id.has_value() && e.model_id != *f.model_id) return false;
+  if (f.kind.has_value() && e.key.kind != *f.kind) return false;
+  if (f.older_than > 0 && e.commit_time > now - f.older_than) return false;
+  if (f.pinned.has_value() && (e.pinned_until.load() > now) != *f.pinned) return false;
+  return true;
+}
+bool CursorLess(const ChainKey& a_key, StateKind a_kind, const ChainKey& b_key, StateKind b_kind) {
+  const int c = std::memcmp(a_key.bytes.data(), b_key.bytes.data(), a_key.bytes.size());
+  return c != 0 ? c < 0 : a_kind < b_kind;
+}
+}  // namespace
+
+Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFilter& filter,
+                                          const std::optional<EntryCursor>& after, uint32_t limit) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
+  if (limit == 0 || limit > kMaxBlocksPerCall) {
+    return InvalidArgument("page size must be in 1.." + std::to_string(kMaxBlocksPerCall));
+  }
+  Impl& s = *impl_;
+  EntryPage page;
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value()) return page;
+  const Nanos now = s.clock->Now();
+  // The index is hashed, so a page is the `limit` smallest keys past the
+  // cursor: a bounded heap over one pass, O(entries x log limit).
+  auto less = [](const Entry* a, const Entry* b) {
+    return CursorLess(a->key.chain, a->key.kind, b->key.chain, b->key.kind);
+  };
+  std::vector<Entry*> heap;  // max-heap of the smallest limit + 1 seen
+  std::lock_guard lock(s.structure_mu);
+  for (uint32_t i = 0; i <= s.shard_mask; ++i) {
+    std::shared_lock slock(s.shards[i].mu);
+    for (const auto& [k, e] : s.shards[i].map) {
+      if (k.ns != *ns || e->state.load() != EntryState::kCommitted || e->expiry <= now) continue;
+      if (after.has_value() && !CursorLess(after->key, after->kind, k.chain, k.kind)) continue;
+      if (!Matches(filter, *e, now)) continue;
+      if (heap.size() <= limit) {
+        heap.push_back(e);
+        std::push_heap(heap.begin(), heap.end(), less);
+      } else if (less(e, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), less);
+        heap.back() = e;
+        std::push_heap(heap.begin(), heap.end(), less);
+      }
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), less);
+  const bool more = heap.size() > limit;
+  if (more) heap.pop_back();
+  for (const Entry* e : heap) page.entries.push_back(DescribeLocked(*e, caller.ns));
+  if (more) page.next = EntryCursor{heap.back()->key.chain, heap.back()->key.kind};
+  return page;
+}
+
+Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictRequest& req) {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
+  Impl& s = *impl_;
+  EvictReport report;
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value()) {
+    if (req.root.has_value()) return NotFound("no entry " + req.root->key.ToHex());
+    return report;
+  }
+  const Nanos now = s.clock->Now();
+  std::lock_guard lock(s.structure_mu);
+
+  // 1. The roots: one named entry, or every unpinned entry the filter picks.
+  std::vector<Entry*> roots;
+  if (req.root.has_value()) {
+    const EntryKey k{*ns, req.root->kind, req.root->key};
+    Impl::Shard& shard = s.ShardFor(k);
+    std::shared_lock slock(shard.mu);
+    Entry* e = s.FindVisibleLocked(shard, k, now);
+    if (e == nullptr) {
+      return NotFound("no " + std::string(StateKindName(k.kind)) + " entry " + k.chain.ToHex());
+    }
+    roots.push_back(e);
+  } else {
+    // A pinned entry keeps its ancestors too: without them it could never
+    // be matched again.
+    std::unordered_set<const Entry*> keep;
+    for (uint32_t i = 0; i <= s.shard_mask; ++i) {
+      std::shared_lock slock(s.shards[i].mu);
+      for (const auto& [k, e] : s.shards[i].map) {
+        if (k.ns != *ns || e->pinned_until.load() <= now) continue;
+        for (const Entry* a = e; a != nullptr && keep.insert(a).second;) a = a->parent;
+      }
+    }
+    for (uint32_t i = 0; i <= s.shard_mask; ++i) {
+      std::shared_lock slock(s.shards[i].mu);
+      for (const auto& [k, e] : s.shards[i].map) {
+        if (k.ns != *ns || e->state.load() != EntryState::kCommitted) continue;
+        if (!Matches(req.filter, *e, now)) continue;
+        if (keep.contains(e)) {
+          ++report.skipped_pinned;
+          continue;
+        }
+        roots.push_back(e);
+      }
+    }
+  }
+
+  // 2. Close over descendants (they could never be matched again), each
+  // entry once, in an order where a root precedes its subtree.
+  std::vector<Entry*> affected;
+  std::unordered_set<const Entry*> seen;
+  for (Entry* root : roots) {
+    if (seen.contains(root)) continue;
+    std::vector<Entry*> stack{root};
+    while (!stack.empty()) {
+      Entry* e = stack.back();
+      stack.pop_back();
+      if (!seen.insert(e).second) continue;
+      affected.push_back(e);
+      for (Entry* c = e->first_child; c != nullptr; c = c->next_sibling) stack.push_back(c);
+    }
+  }
+  for (const Entry* e : affected) {
+    const bool held = e->leases.load() != 0 || e->readers.load() != 0;
+    ++(held ? report.deferred : report.evicted);
+    report.bytes += e->payload_bytes;
+    if (report.entries.size() < req.max_listed) {
+      report.entries.push_back(DescribeLocked(*e, caller.ns));
+    }
+  }
+  if (req.dry_run) return report;
+
+  // 3. Delete. A root already taken by an earlier root's subtree is skipped:
+  // its slot went back to the pool (state no longer committed).
+  std::vector<EntryRef> refs;
+  refs.reserve(roots.size());
+  for (Entry* e : roots) refs.push_back({e, e->generation});
+  for (const EntryRef& ref : refs) {
+    if (ref.entry->generation == ref.generation &&
+        ref.entry->state.load() == EntryState::kCommitted) {
+      s.DeleteSubtreeLocked(ref.entry, EvictReason::kExplicit);
+    }
+  }
+  return report;
+}
+
+std::vector<std::string> CacheStore::Namespaces() const {
+  std::shared_lock lock(impl_->ns_mu);
+  return impl_->ns_names;
+}
+
+std::span<std::byte> CacheStore::ArenaRegion() const {
+  return {impl_->arena->base(), impl_->arena->capacity_bytes()};
+}
+
+Status CacheStore::CheckLeaseCovers(const Principal& caller, LeaseId lease, uint64_t offset,
+                                    uint64_t length, bool write) const {
+  STRATA_RETURN_IF_ERROR(CheckCaller(caller, write ? Role::kWrite : Role::kRead));
+  const Impl& s = *impl_;
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value() || lease == 0) return NotFound("no lease " + std::to_string(lease));
+  bool covered = false;
+  bool kind_ok = true;
+  STRATA_RETURN_IF_ERROR(s.leases.WithLive(*ns, lease, s.clock->Now(), [&](const LeaseRecord& rec) {
+    kind_ok = rec.write == write;
+    for (const EntryRef& ref : rec.entries) {
+      const Entry* e = ref.entry;
+      if (e->generation != ref.generation) continue;
+      const uint64_t start = e->extent.offset;
+      if (offset >= start && length <= e->payload_bytes &&
+          offset - start <= e->payload_bytes - length) {
+        covered = true;
+        return;
+      }
+    }
+  }));
+  if (!kind_ok) {
+    return PermissionDenied("lease " + std::to_string(lease) + " is a " +
+                            (write ? "read" : "write") + " lease");
+  }
+  if (!covered) {
+    return PermissionDenied("lease " + std::to_string(lease) + " holds no entry covering bytes [" +
+                            std::to_string(offset) + ", " + std::to_string(offset + length) + ")");
   }
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -17,6 +18,20 @@ Result<std::unique_ptr<DramArena>> DramArena::Create(const DramArenaOptions& opt
     return InvalidArgument("arena granule must be a power of two up to 2 MiB");
   }
   if (options.capacity_bytes < granule) return InvalidArgument("arena smaller than a granule");
+  if (!options.external_region.empty()) {
+    const auto addr = reinterpret_cast<uintptr_t>(options.external_region.data());
+    if (addr % granule != 0) return InvalidArgument("external arena region is not granule-aligned");
+    const uint64_t capacity =
+        std::min<uint64_t>(options.capacity_bytes, options.external_region.size()) / granule *
+        granule;
+    if (capacity < granule) return InvalidArgument("external arena region smaller than a granule");
+    if (options.prefault) {
+      auto* bytes = reinterpret_cast<volatile char*>(options.external_region.data());
+      for (uint64_t off = 0; off < capacity; off += 4096) bytes[off] = 0;
+    }
+    return std::unique_ptr<DramArena>(
+        new DramArena(options.external_region.data(), /*mapped=*/0, capacity, granule, false));
+  }
   const uint64_t mapped = (options.capacity_bytes + kHugePage - 1) / kHugePage * kHugePage;
   const int populate = options.prefault ? MAP_POPULATE : 0;
   void* p = MAP_FAILED;
@@ -53,7 +68,9 @@ DramArena::DramArena(std::byte* base, uint64_t mapped, uint64_t capacity, uint32
       huge_pages_(huge),
       alloc_(capacity, granule) {}
 
-DramArena::~DramArena() { munmap(base_, mapped_); }
+DramArena::~DramArena() {
+  if (mapped_ != 0) munmap(base_, mapped_);
+}
 
 std::optional<Extent> DramArena::Allocate(uint64_t bytes) {
   std::lock_guard lock(mu_);

@@ -60,6 +60,8 @@ v1::BlockMatch EncodeBlock(const BlockMatch& b) {
   out.set_tier(EncodeTier(b.tier));
   out.set_layout_id(b.layout_id);
   out.set_payload_bytes(b.payload_bytes);
+  out.set_checksum(b.checksum);
+  out.set_location(b.location);
   return out;
 }
 
@@ -70,6 +72,8 @@ Status DecodeBlock(const v1::BlockMatch& in, BlockMatch* out) {
   out->tier = *tier;
   out->layout_id = in.layout_id();
   out->payload_bytes = in.payload_bytes();
+  out->checksum = in.checksum();
+  out->location = in.location();
   if (out->payload_bytes > kMaxPayloadBytes) return InvalidArgument("payload size above the limit");
   return Status::Ok();
 }
@@ -151,7 +155,7 @@ v1::ReserveRequest EncodeReserveRequest(const ModelId& model, std::span<const Co
   for (const CommitBlock& b : blocks) {
     v1::CommitBlock* o = out.add_blocks();
     o->set_key(Bytes(b.key));
-    o->set_kind(b.kind == StateKind::kGlobalKv ? v1::GLOBAL_KV : v1::SWA_STATE);
+    o->set_kind(EncodeKind(b.kind));
     o->set_layout_id(b.layout_id);
     o->set_payload_bytes(b.payload_bytes);
     if (b.parent.has_value()) o->set_parent_key(Bytes(*b.parent));
@@ -230,7 +234,7 @@ PublishResult DecodePublishResponse(const v1::PublishResponse& in) {
 v1::EntryInfo EncodeEntryInfo(const EntryInfo& e, Nanos now) {
   v1::EntryInfo out;
   out.set_key(Bytes(e.key));
-  out.set_kind(e.kind == StateKind::kGlobalKv ? v1::GLOBAL_KV : v1::SWA_STATE);
+  out.set_kind(EncodeKind(e.kind));
   out.set_model_id(Bytes(e.model_id));
   out.set_layout_id(e.layout_id);
   out.set_payload_bytes(e.payload_bytes);
@@ -243,7 +247,90 @@ v1::EntryInfo EncodeEntryInfo(const EntryInfo& e, Nanos now) {
   out.set_hits(e.hits);
   out.set_has_parent(e.has_parent);
   out.set_children(e.children);
+  out.set_namespace_(e.ns);
   return out;
+}
+
+Result<StateKind> DecodeKind(v1::StateKind kind) {
+  switch (kind) {
+    case v1::GLOBAL_KV:
+      return StateKind::kGlobalKv;
+    case v1::SWA_STATE:
+      return StateKind::kSwaState;
+    default:
+      return InvalidArgument("unknown state kind " + std::to_string(static_cast<int>(kind)));
+  }
+}
+
+v1::StateKind EncodeKind(StateKind kind) {
+  return kind == StateKind::kGlobalKv ? v1::GLOBAL_KV : v1::SWA_STATE;
+}
+
+Status DecodeEntryRef(const v1::EntryRef& in, EntryCursor* out) {
+  STRATA_RETURN_IF_ERROR(Digest(in.key(), "entry key", &out->key));
+  Result<StateKind> kind = DecodeKind(in.kind());
+  if (!kind.ok()) return kind.status();
+  out->kind = *kind;
+  return Status::Ok();
+}
+
+v1::EntryRef EncodeEntryRef(const ChainKey& key, StateKind kind) {
+  v1::EntryRef out;
+  out.set_key(Bytes(key));
+  out.set_kind(EncodeKind(kind));
+  return out;
+}
+
+Status DecodeEntryFilter(const v1::EntryFilter& in, DecodedFilter* out) {
+  if (in.namespace_().size() > 4096) return InvalidArgument("namespace longer than 4096 bytes");
+  out->ns = in.namespace_();
+  EntryFilter& f = out->filter;
+  if (!in.model_id().empty()) {
+    ModelId model;
+    STRATA_RETURN_IF_ERROR(Digest(in.model_id(), "model_id", &model));
+    f.model_id = model;
+  }
+  if (in.kind() != v1::STATE_KIND_UNSPECIFIED) {
+    Result<StateKind> kind = DecodeKind(in.kind());
+    if (!kind.ok()) return kind.status();
+    f.kind = *kind;
+  }
+  constexpr uint64_t kMaxAgeS = uint64_t{100} * 365 * 24 * 3600;  // keeps the nanos in range
+  if (in.older_than_s() > kMaxAgeS) return InvalidArgument("older_than_s above 100 years");
+  f.older_than = static_cast<Nanos>(in.older_than_s()) * kNanosPerSecond;
+  switch (in.pinned()) {
+    case v1::EntryFilter::PINNED_ANY:
+      break;
+    case v1::EntryFilter::PINNED_ONLY:
+      f.pinned = true;
+      break;
+    case v1::EntryFilter::UNPINNED_ONLY:
+      f.pinned = false;
+      break;
+    default:
+      return InvalidArgument("unknown pinned filter");
+  }
+  return Status::Ok();
+}
+
+std::string EncodePageToken(const EntryCursor& cursor) {
+  std::string token = Bytes(cursor.key);
+  token.push_back(static_cast<char>(cursor.kind));
+  return token;
+}
+
+Result<std::optional<EntryCursor>> DecodePageToken(const std::string& token) {
+  if (token.empty()) return std::optional<EntryCursor>();
+  if (token.size() != 17) return InvalidArgument("malformed page token");
+  EntryCursor cursor;
+  STRATA_RETURN_IF_ERROR(Digest(token.substr(0, 16), "page token", &cursor.key));
+  const auto kind = static_cast<uint8_t>(token[16]);
+  if (kind != static_cast<uint8_t>(StateKind::kGlobalKv) &&
+      kind != static_cast<uint8_t>(StateKind::kSwaState)) {
+    return InvalidArgument("malformed page token");
+  }
+  cursor.kind = static_cast<StateKind>(kind);
+  return std::optional<EntryCursor>(cursor);
 }
 
 }  // namespace strata::wire

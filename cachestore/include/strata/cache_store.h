@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "strata/dram_arena.h"
 #include "strata/layout.h"
 #include "strata/metrics.h"
+#include "strata/ssd_tier.h"
 #include "strata/status.h"
 #include "strata/store_types.h"
 
@@ -39,6 +42,18 @@ struct CacheStoreOptions {
   const Clock* clock = nullptr;        // default: SteadyClock
   MetricsRegistry* metrics = nullptr;  // default: the store's own registry
   std::vector<Layout> extra_layouts;   // besides the built-in V4.1 layouts
+  // The SSD tier (DESIGN §4); none when unset. Committed entries are written
+  // back asynchronously; SSD-only blocks match as Tier::kSsd and a fetch
+  // promotes them into DRAM.
+  std::optional<SsdTierOptions> ssd;
+  enum class SsdAdmission : uint8_t {
+    kAllGlobalKv,  // every committed GLOBAL_KV entry
+    kHitOnce,      // GLOBAL_KV entries once a match has hit them
+  };
+  SsdAdmission ssd_admission = SsdAdmission::kAllGlobalKv;
+  bool ssd_swa_state = false;            // also write SWA state back (admitted like global KV)
+  uint32_t ssd_writeback_batch = 32;     // entries per SSD write batch
+  uint32_t ssd_writeback_queue = 65536;  // pending entries; more are dropped (counted)
 };
 
 enum class EvictReason : uint8_t { kCapacity, kWatermark, kTtl, kExplicit, kChecksum, kCount };
@@ -62,6 +77,43 @@ struct EntryInfo {
   uint32_t children = 0;
 };
 
+// Which entries an admin listing or eviction covers, within the caller's
+// namespace. Unset fields match everything.
+struct EntryFilter {
+  std::optional<ModelId> model_id;
+  std::optional<StateKind> kind;
+  Nanos older_than = 0;  // committed at least this long ago
+  std::optional<bool> pinned;
+};
+
+// A page of entries in (chain key, kind) order; `after` resumes a listing.
+struct EntryCursor {
+  ChainKey key;
+  StateKind kind = StateKind::kGlobalKv;
+};
+struct EntryPage {
+  std::vector<EntryInfo> entries;
+  std::optional<EntryCursor> next;  // absent on the last page
+};
+
+struct EvictRequest {
+  // With a root: that entry and, for GLOBAL_KV, every descendant (an
+  // explicit eviction, pins notwithstanding). Without: every entry matching
+  // the filter, and the descendants of GLOBAL_KV ones, except pinned entries
+  // and their ancestors (a pinned entry must stay reachable).
+  std::optional<EntryCursor> root;
+  EntryFilter filter;
+  bool dry_run = false;
+  uint32_t max_listed = 1000;  // entries reported back, at most
+};
+struct EvictReport {
+  uint64_t evicted = 0;         // gone now (or would go, on a dry run)
+  uint64_t deferred = 0;        // leased or being read: invisible now, freed when released
+  uint64_t skipped_pinned = 0;  // kept: pinned, or an ancestor of a pinned entry
+  uint64_t bytes = 0;
+  std::vector<EntryInfo> entries;  // the first max_listed affected entries
+};
+
 struct StoreStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;     // granule-rounded extents, committed and reserved
@@ -74,6 +126,12 @@ struct StoreStats {
   uint64_t write_leases = 0;
   std::array<uint64_t, static_cast<size_t>(EvictReason::kCount)> evictions{};
   bool huge_pages = false;
+  // The SSD tier (all zero without one).
+  bool ssd_enabled = false;
+  SsdTierStats ssd;
+  uint64_t ssd_writeback_pending = 0;  // queued or being written
+  uint64_t ssd_writeback_dropped = 0;  // queue full
+  uint64_t ssd_promotions = 0;         // SSD reads into DRAM
 };
 
 struct MaintenanceReport {
@@ -125,7 +183,27 @@ class CacheStore {
   Result<EntryInfo> Inspect(const Principal& caller, const ChainKey& key, StateKind kind);
   Status RegisterLayout(const Layout& layout);
 
+  // Admin listing and eviction by filter (role admin).
+  Result<EntryPage> ListEntries(const Principal& caller, const EntryFilter& filter,
+                                const std::optional<EntryCursor>& after, uint32_t limit);
+  Result<EvictReport> Evict(const Principal& caller, const EvictRequest& request);
+  // Namespaces that have stored anything, for cluster-wide admin views.
+  std::vector<std::string> Namespaces() const;
+
+  // ---- serving over a data plane (strata-node) -----------------------------
+  // The DRAM arena: the node registers it once with the data plane, and
+  // BlockMatch::location and reserved buffers are offsets into it.
+  std::span<std::byte> ArenaRegion() const;
+  // OK when `lease` is a live lease of the caller's namespace, a write lease
+  // iff `write`, holding an entry whose payload covers [offset, offset+length)
+  // of the arena. What the data plane asks before it moves any byte.
+  Status CheckLeaseCovers(const Principal& caller, LeaseId lease, uint64_t offset, uint64_t length,
+                          bool write) const;
+
   MaintenanceReport RunMaintenance();
+  // Waits until every entry queued for SSD write-back has been written (or
+  // failed). No-op without an SSD tier.
+  void FlushWriteBack();
   StoreStats Stats() const;
   MetricsRegistry& metrics() { return *metrics_; }
   const Clock& clock() const { return *clock_; }

@@ -22,6 +22,10 @@ struct DramArenaOptions {
   uint32_t granule_bytes = 4096;  // also keeps extents O_DIRECT-aligned
   bool try_huge_pages = true;
   bool prefault = true;  // touch every page at start, not on the first put
+  // Memory someone else owns and keeps mapped for the arena's lifetime
+  // (the node lets UCX allocate it, so clients on the host can map it for
+  // RMA). Empty: the arena maps its own.
+  std::span<std::byte> external_region;
 };
 
 class DramArena {
@@ -47,6 +51,8 @@ class DramArena {
 
  private:
   DramArena(std::byte* base, uint64_t mapped, uint64_t capacity, uint32_t granule, bool huge);
+
+  // 0 for an external region: nothing to unmap.
 
   std::byte* base_;
   uint64_t mapped_;

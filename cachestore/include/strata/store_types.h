@@ -74,6 +74,11 @@ struct BlockMatch {
   Tier tier = Tier::kDram;
   uint32_t layout_id = 0;
   uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;  // entry checksum (xxh3 of the payload header)
+  // Where the bytes sit in the serving node's DRAM arena (offset from its
+  // start); meaningful only while the match's lease holds the entry. Remote
+  // clients read from there over the data plane.
+  uint64_t location = 0;
 };
 
 struct SwaMatch {

@@ -40,4 +40,20 @@ StatusCode DecodeCode(v1::Code code);
 // Times become durations relative to `now` (the store's clock).
 v1::EntryInfo EncodeEntryInfo(const EntryInfo& info, Nanos now);
 
+Result<StateKind> DecodeKind(v1::StateKind kind);
+v1::StateKind EncodeKind(StateKind kind);
+Status DecodeEntryRef(const v1::EntryRef& in, EntryCursor* out);
+v1::EntryRef EncodeEntryRef(const ChainKey& key, StateKind kind);
+
+// An admin filter; `ns` is the namespace it names (empty: the caller's).
+struct DecodedFilter {
+  std::string ns;
+  EntryFilter filter;
+};
+Status DecodeEntryFilter(const v1::EntryFilter& in, DecodedFilter* out);
+
+// Listing page tokens: the (key, kind) of the last entry of a page.
+std::string EncodePageToken(const EntryCursor& cursor);
+Result<std::optional<EntryCursor>> DecodePageToken(const std::string& token);
+
 }  // namespace strata::wire

@@ -1,0 +1,468 @@
+// See node_bench.h. Order matters: the raw-UCX baselines fork their server
+// before this process creates any UCX context, then Redis, then the node
+// phases (which create UCX contexts in this process).
+#include "node_bench.h"
+
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "bench_util.h"
+#include "node_process.h"
+#include "raw_ucx.h"
+#include "strata/client.h"
+#include "strata/layout.h"
+
+extern char** environ;
+
+namespace strata::bench {
+namespace {
+
+using testing::kTokenA;
+using testing::NodeProcess;
+
+constexpr const char* kShmTls = "posix,sysv,cma,self";
+constexpr const char* kTcpTls = "tcp";
+
+const ModelId& BenchModel() {
+  static const ModelId id =
+      ModelFingerprint{"bench-weights", "byte-tokenizer", "none", 1, "fp4"}.Id();
+  return id;
+}
+
+struct SealedBlock {
+  std::vector<std::byte> bytes;
+  uint64_t checksum = 0;
+};
+
+SealedBlock MakeBlock(const Layout& layout, uint64_t seed) {
+  SealedBlock b;
+  b.bytes.resize(layout.PayloadBytes());
+  std::mt19937_64 rng(seed);
+  for (size_t i = layout.HeaderBytes(); i + 8 <= b.bytes.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&b.bytes[i], &v, 8);
+  }
+  b.checksum = SealPayload(layout, layout.block_tokens, b.bytes).value();
+  return b;
+}
+
+std::vector<uint32_t> RandomTokens(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> t(n);
+  for (auto& x : t) x = static_cast<uint32_t>(rng() % 129280);
+  return t;
+}
+
+// Commits the full blocks of `tokens`, `bytes_of(b)` giving block b's bytes.
+Status CommitPrompt(Store& store, std::span<const uint32_t> tokens,
+                    const std::function<const SealedBlock&(size_t)>& bytes_of) {
+  const Layout layout = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  MatchRequest req;
+  req.model_id = BenchModel();
+  req.tokens = tokens;
+  req.want_swa = false;
+  auto m = store.Match(req);
+  if (!m.ok()) return m.status();
+  std::vector<ChainKey> keys{m->prefix_key};
+  const size_t blocks = tokens.size() / layout.block_tokens;
+  for (size_t b = 0; b < blocks; ++b) {
+    keys.push_back(
+        ChainKeys::Next(keys.back(), tokens.subspan(b * layout.block_tokens, layout.block_tokens)));
+  }
+  for (size_t first = m->blocks.size(); first < blocks; first += kMaxBlocksPerCall) {
+    const size_t last = std::min(blocks, first + kMaxBlocksPerCall);
+    std::vector<CommitPayload> payloads;
+    for (size_t b = first; b < last; ++b) {
+      const SealedBlock& sb = bytes_of(b);
+      CommitPayload c;
+      c.block = {keys[b + 1], StateKind::kGlobalKv, kV41GlobalKvLayoutId, sb.bytes.size(),
+                 b > 0 ? std::optional<ChainKey>(keys[b]) : std::nullopt};
+      c.bytes = sb.bytes;
+      c.checksum = sb.checksum;
+      payloads.push_back(c);
+    }
+    auto r = store.Commit(BenchModel(), payloads);
+    if (!r.ok()) return r.status();
+    if (r->published + 0 < payloads.size()) {
+      for (const Status& s : r->blocks) {
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Lets running clients warm up, then counts the bytes they move (they add
+// to `bytes` while `go` is set) over `seconds`; stops and joins them.
+double TimedWindow(double seconds, std::atomic<bool>& go, std::atomic<bool>& stop,
+                   std::atomic<uint64_t>& bytes, std::vector<std::thread>& clients) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double start = NowSeconds();
+  go = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const uint64_t moved = bytes.load();
+  const double elapsed = NowSeconds() - start;
+  stop = true;
+  for (auto& t : clients) t.join();
+  return static_cast<double>(moved) / elapsed / 1e9;
+}
+
+// Clients loop match (with lease) -> fetch every block -> release.
+Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions& o,
+                                const std::vector<std::vector<uint32_t>>& prompts) {
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<bool> failed{false};
+  std::string error;
+  std::mutex error_mu;
+  std::atomic<bool> go{false}, stop{false};
+  std::vector<std::thread> clients;
+  for (uint32_t c = 0; c < o.clients; ++c) {
+    clients.emplace_back([&, c] {
+      ClientOptions co;
+      co.token = kTokenA.token;
+      auto store = OpenStore(node.uri(), co);
+      auto fail = [&](const Status& st) {
+        std::lock_guard lock(error_mu);
+        error = st.ToString();
+        failed = true;
+      };
+      if (!store.ok()) return fail(store.status());
+      const uint64_t payload = MakeGlobalKvLayout(kV41GlobalKvLayoutId).PayloadBytes();
+      std::vector<std::vector<std::byte>> buffers(o.prompt_blocks, std::vector<std::byte>(payload));
+      for (auto& b : buffers) std::memset(b.data(), 0, b.size());  // touch every page
+      FetchRequest fetch;
+      for (auto& b : buffers) fetch.block_buffers.push_back(b);
+      bool counting = false;
+      for (uint64_t i = c;; ++i) {
+        if (stop.load()) break;
+        counting = go.load();
+        MatchRequest req;
+        req.model_id = BenchModel();
+        req.tokens = prompts[i % prompts.size()];
+        req.want_swa = false;
+        req.take_lease = true;
+        auto m = (*store)->Match(req);
+        if (!m.ok()) return fail(m.status());
+        if (m->blocks.size() != o.prompt_blocks) return fail(Internal("prompt not cached"));
+        fetch.match = &*m;
+        const FetchOutcome out = (*store)->Fetch(fetch).Wait();
+        (void)(*store)->Abort(m->lease);
+        if (!out.status.ok()) return fail(out.status);
+        if (counting) bytes += out.bytes;
+      }
+    });
+  }
+  const double gbps = TimedWindow(o.seconds, go, stop, bytes, clients);
+  if (failed) return Internal("node fetch: " + error);
+  return gbps;
+}
+
+Result<std::pair<double, double>> MeasureMatch(const NodeProcess& node, const NodeBenchOptions& o,
+                                               double* hash_p50_us) {
+  ClientOptions co;
+  co.token = kTokenA.token;
+  auto store = OpenStore(node.uri(), co);
+  if (!store.ok()) return store.status();
+  const Layout layout = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  const SealedBlock block = MakeBlock(layout, 7);
+  const std::vector<uint32_t> tokens = RandomTokens(o.match_tokens, 99);
+  STRATA_RETURN_IF_ERROR(
+      CommitPrompt(**store, tokens, [&](size_t) -> const SealedBlock& { return block; }));
+  MatchRequest req;
+  req.model_id = BenchModel();
+  req.tokens = tokens;
+  std::vector<double> us, hash_us;
+  for (uint32_t i = 0; i < o.match_iters; ++i) {
+    const double t0 = NowSeconds();
+    auto m = (*store)->Match(req);
+    const double t1 = NowSeconds();
+    if (!m.ok()) return m.status();
+    if (m->blocks.size() != tokens.size() / layout.block_tokens) {
+      return Internal("match found " + std::to_string(m->blocks.size()) + " blocks");
+    }
+    us.push_back((t1 - t0) * 1e6);
+    const double h0 = NowSeconds();
+    auto keys = ChainKeys::ForPrompt({"tenant-a", BenchModel(), ""}, tokens, layout.block_tokens);
+    hash_us.push_back((NowSeconds() - h0) * 1e6);
+    if (!keys.ok()) return keys.status();
+  }
+  *hash_p50_us = Median(hash_us);
+  return std::make_pair(Percentile(us, 0.5), Percentile(us, 0.99));
+}
+
+// ---- Redis --------------------------------------------------------------------
+
+class RedisServer {
+ public:
+  static Result<std::unique_ptr<RedisServer>> Start(const std::string& binary,
+                                                    const std::string& dir) {
+    std::unique_ptr<RedisServer> r(new RedisServer());
+    r->port_ = testing::FreePort();
+    r->socket_ = dir + "/redis.sock";
+    std::vector<std::string> args = {binary,
+                                     "--port",
+                                     std::to_string(r->port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--unixsocket",
+                                     r->socket_,
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     dir,
+                                     "--protected-mode",
+                                     "no",
+                                     "--loglevel",
+                                     "warning"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = dir + "/redis.log";
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int rc = posix_spawnp(&r->pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return Unavailable("cannot start " + binary + " (apt install redis-server)");
+    for (int i = 0; i < 100; ++i) {
+      redisContext* c = redisConnectUnix(r->socket_.c_str());
+      if (c != nullptr && c->err == 0) {
+        redisFree(c);
+        return r;
+      }
+      if (c != nullptr) redisFree(c);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return Unavailable("redis-server did not come up");
+  }
+  ~RedisServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  const std::string& socket() const { return socket_; }
+
+ private:
+  RedisServer() = default;
+  pid_t pid_ = 0;
+  int port_ = 0;
+  std::string socket_;
+};
+
+// GETs of `keys` values of `value_bytes`, `depth` pipelined per client.
+Result<double> MeasureRedis(const RedisServer& server, bool unix_socket, const NodeBenchOptions& o,
+                            const std::vector<SealedBlock>& values) {
+  auto connect = [&]() -> redisContext* {
+    return unix_socket ? redisConnectUnix(server.socket().c_str())
+                       : redisConnect("127.0.0.1", server.port());
+  };
+  {
+    redisContext* c = connect();
+    if (c == nullptr || c->err) return Unavailable("cannot connect to redis");
+    for (size_t k = 0; k < values.size(); ++k) {
+      const std::string key = "block:" + std::to_string(k);
+      auto* reply = static_cast<redisReply*>(redisCommand(
+          c, "SET %b %b", key.data(), key.size(), values[k].bytes.data(), values[k].bytes.size()));
+      if (reply == nullptr) return Unavailable("redis SET failed");
+      freeReplyObject(reply);
+    }
+    redisFree(c);
+  }
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<bool> go{false}, stop{false}, failed{false};
+  std::vector<std::thread> clients;
+  for (uint32_t t = 0; t < o.clients; ++t) {
+    clients.emplace_back([&, t] {
+      redisContext* c = connect();
+      if (c == nullptr || c->err) {
+        failed = true;
+        if (c != nullptr) redisFree(c);
+        return;
+      }
+      for (uint64_t i = t * 7919; !stop.load();) {
+        const bool counting = go.load();
+        for (uint32_t d = 0; d < o.depth; ++d, ++i) {
+          const std::string key = "block:" + std::to_string(i % values.size());
+          redisAppendCommand(c, "GET %b", key.data(), key.size());
+        }
+        for (uint32_t d = 0; d < o.depth; ++d) {
+          void* r = nullptr;
+          if (redisGetReply(c, &r) != REDIS_OK || r == nullptr) {
+            failed = true;
+            redisFree(c);
+            return;
+          }
+          auto* reply = static_cast<redisReply*>(r);
+          if (counting && reply->type == REDIS_REPLY_STRING) bytes += reply->len;
+          freeReplyObject(reply);
+        }
+      }
+      redisFree(c);
+    });
+  }
+  const double gbps = TimedWindow(o.seconds, go, stop, bytes, clients);
+  if (failed) return Unavailable("redis GET failed");
+  return gbps;
+}
+
+}  // namespace
+
+int RunNodeBench(const NodeBenchOptions& options) {
+  NodeBenchOptions o = options;
+  if (o.depth == 0) o.depth = o.prompt_blocks;
+  const Layout layout = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  const uint64_t block_bytes = layout.PayloadBytes();
+  const std::string dir = testing::TempDir("node-bench");
+  Table table;
+  JsonObject json;
+  json.Add("block_bytes", static_cast<double>(block_bytes));
+  json.Add("clients", o.clients);
+  json.Add("prompt_blocks", o.prompt_blocks);
+  json.Add("depth", o.depth);
+  auto fail = [&](const std::string& what, const Status& st) {
+    std::fprintf(stderr, "strata-bench node: %s: %s\n", what.c_str(), st.ToString().c_str());
+    std::filesystem::remove_all(dir);
+    return 1;
+  };
+
+  // 1. Raw UCX, same block size, on each transport (forks; no UCX here yet).
+  RawUcxOptions raw;
+  raw.block_bytes = block_bytes;
+  raw.blocks = uint64_t{o.prompts} * o.prompt_blocks;
+  raw.depth = o.depth;
+  raw.seconds = o.seconds;
+  std::fprintf(stderr, "strata-bench node: raw UCX over shared memory...\n");
+  raw.pattern = UcxFetchPattern::kRma;
+  raw.tls = kShmTls;
+  raw.ucx_allocated = true;  // like the node's arena: real RMA over shared memory
+  auto shm_raw = RawUcxFetchGbps(raw);
+  if (!shm_raw.ok()) return fail("raw UCX shm", shm_raw.status());
+  std::fprintf(stderr, "strata-bench node: raw UCX over TCP...\n");
+  raw.pattern = UcxFetchPattern::kActiveMessage;
+  raw.tls = kTcpTls;
+  raw.ucx_allocated = false;
+  auto tcp_raw = RawUcxFetchGbps(raw);
+  if (!tcp_raw.ok()) return fail("raw UCX tcp", tcp_raw.status());
+  unsetenv("UCX_TLS");
+
+  // The blocks every phase serves.
+  std::vector<SealedBlock> blocks;
+  for (uint64_t b = 0; b < raw.blocks; ++b) blocks.push_back(MakeBlock(layout, 1000 + b));
+
+  // 2. Redis, same values and concurrency.
+  double redis_tcp = 0, redis_unix = 0;
+  if (!o.skip_redis) {
+    std::fprintf(stderr, "strata-bench node: Redis over TCP and a unix socket...\n");
+    auto redis = RedisServer::Start(o.redis_server, dir);
+    if (!redis.ok()) return fail("redis", redis.status());
+    auto t = MeasureRedis(**redis, false, o, blocks);
+    if (!t.ok()) return fail("redis tcp", t.status());
+    auto u = MeasureRedis(**redis, true, o, blocks);
+    if (!u.ok()) return fail("redis unix", u.status());
+    redis_tcp = *t;
+    redis_unix = *u;
+  }
+
+  // 3. The node, once per transport.
+  std::vector<std::vector<uint32_t>> prompts;
+  for (uint32_t p = 0; p < o.prompts; ++p) {
+    prompts.push_back(RandomTokens(size_t{o.prompt_blocks} * layout.block_tokens, 500 + p));
+  }
+  double fetch_gbps[2] = {0, 0};
+  double match_p50 = 0, match_p99 = 0, hash_p50 = 0;
+  const char* tls[2] = {kShmTls, kTcpTls};
+  for (int phase = 0; phase < 2; ++phase) {
+    std::fprintf(stderr, "strata-bench node: through strata-node over %s...\n",
+                 phase == 0 ? "shared memory" : "TCP");
+    setenv("UCX_TLS", tls[phase], 1);
+    std::string error;
+    NodeProcess::Options no;
+    no.settings = {"dram_bytes=1GiB"};
+    auto node = NodeProcess::Start(dir, no, &error);
+    if (node == nullptr) return fail("strata-node", Unavailable(error));
+    {
+      ClientOptions co;
+      co.token = kTokenA.token;
+      auto store = OpenStore(node->uri(), co);
+      if (!store.ok()) return fail("connect", store.status());
+      for (uint32_t p = 0; p < o.prompts; ++p) {
+        Status st = CommitPrompt(**store, prompts[p], [&](size_t b) -> const SealedBlock& {
+          return blocks[p * o.prompt_blocks + b];
+        });
+        if (!st.ok()) return fail("commit", st);
+      }
+    }
+    auto gbps = MeasureNodeFetch(*node, o, prompts);
+    if (!gbps.ok()) return fail("node fetch", gbps.status());
+    fetch_gbps[phase] = *gbps;
+    if (phase == 0) {
+      std::fprintf(stderr, "strata-bench node: match latency, %u-token prompt...\n",
+                   o.match_tokens);
+      auto lat = MeasureMatch(*node, o, &hash_p50);
+      if (!lat.ok()) return fail("match", lat.status());
+      match_p50 = lat->first;
+      match_p99 = lat->second;
+    }
+    node->Terminate();
+  }
+  unsetenv("UCX_TLS");
+  std::filesystem::remove_all(dir);
+
+  const double shm_ratio = fetch_gbps[0] / *shm_raw;
+  const double tcp_ratio = fetch_gbps[1] / *tcp_raw;
+  table.Add("shm: fetch via node (rma)", Fixed(fetch_gbps[0], 2) + " GB/s",
+            Fixed(shm_ratio, 2) + "x raw UCX (target >= 0.70)");
+  table.Add("shm: raw UCX get", Fixed(*shm_raw, 2) + " GB/s");
+  table.Add("tcp: fetch via node (am)", Fixed(fetch_gbps[1], 2) + " GB/s",
+            Fixed(tcp_ratio, 2) + "x raw UCX (target >= 0.70)");
+  table.Add("tcp: raw UCX active messages", Fixed(*tcp_raw, 2) + " GB/s");
+  if (!o.skip_redis) {
+    table.Add("redis GET over TCP", Fixed(redis_tcp, 2) + " GB/s",
+              "node tcp = " + Fixed(fetch_gbps[1] / redis_tcp, 2) + "x (target >= 1.5)");
+    table.Add("redis GET over unix socket", Fixed(redis_unix, 2) + " GB/s",
+              "node shm = " + Fixed(fetch_gbps[0] / redis_unix, 2) + "x (target >= 3)");
+  }
+  table.Add("match p50, " + std::to_string(o.match_tokens) + " tokens", Fixed(match_p50, 1) + " us",
+            "hashing alone: " + Fixed(hash_p50, 1) + " us");
+  table.Add("match p99", Fixed(match_p99, 1) + " us", "target < 1000 us");
+
+  json.Add("shm_fetch_gbps", fetch_gbps[0]);
+  json.Add("shm_raw_gbps", *shm_raw);
+  json.Add("shm_ratio", shm_ratio);
+  json.Add("tcp_fetch_gbps", fetch_gbps[1]);
+  json.Add("tcp_raw_gbps", *tcp_raw);
+  json.Add("tcp_ratio", tcp_ratio);
+  if (!o.skip_redis) {
+    json.Add("redis_tcp_gbps", redis_tcp);
+    json.Add("redis_unix_gbps", redis_unix);
+    json.Add("tcp_vs_redis", fetch_gbps[1] / redis_tcp);
+    json.Add("shm_vs_redis_unix", fetch_gbps[0] / redis_unix);
+  }
+  json.Add("match_p50_us", match_p50);
+  json.Add("match_p99_us", match_p99);
+  json.Add("match_hash_p50_us", hash_p50);
+  if (o.json) {
+    std::printf("%s\n", json.Dump().c_str());
+  } else {
+    table.Print("strata-node: " + std::to_string(block_bytes) + " B blocks, " +
+                std::to_string(o.clients) + " client(s), " + std::to_string(o.prompt_blocks) +
+                " blocks per match");
+  }
+  return 0;
+}
+
+}  // namespace strata::bench

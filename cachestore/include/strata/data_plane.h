@@ -1,0 +1,213 @@
+// The data plane (DESIGN §7): bulk bytes between a client process and a
+// node's DRAM arena over UCX. No control plane here: the node hands its
+// worker address, packed rkey, region base and a session id to clients over
+// gRPC, and the client connects with them.
+//
+// Transfers:
+//  - Reads, kRma: ucp_get_nbx straight from the node's registered arena; the
+//    node's CPU is not involved. Only offered when the node allows it
+//    (ServerOptions::mode != kActiveMessage): the rkey covers the whole arena,
+//    so RMA clients are trusted with arena-wide read access.
+//  - Reads, kActiveMessage: the client sends a small request {session, lease,
+//    op id, offset, length}; the node checks Access::authorize_read and
+//    replies with an active message whose data pointer is the arena itself
+//    (rendezvous from 8 KiB up, so the node copies nothing); the client
+//    receives it straight into the caller's buffer.
+//  - Writes always use active messages: the node checks authorize_write,
+//    receives the data straight into the arena at `offset`, calls
+//    on_write_done and acks.
+//  - Errors from the node travel back as a status code and message.
+//
+// kAuto resolves on the client: kRma when RMA is native for this endpoint —
+// the node's region is directly mappable here (ucp_rkey_ptr succeeds: shared
+// memory on one host, region allocated by UCX, see StartWithOwnRegion) or an
+// RDMA transport (rc/dc) carries the endpoint — and kActiveMessage
+// otherwise: tcp, where UCX only emulates RMA, and shm with a region UCX did
+// not allocate, where UCX 1.13 emulates RMA too while active-message
+// rendezvous reads the node's memory with cma (zero copy), or when the node
+// did not hand out an rkey.
+//
+// Failure detection: endpoints to another host (or without host_id) use
+// UCP_ERR_HANDLING_MODE_PEER, so a dead node shows up as UNAVAILABLE. UCX
+// 1.13's shared-memory transports refuse that mode, so endpoints on the same
+// host (equal HostId()) use no error handling and a dead node shows up as
+// DEADLINE_EXCEEDED (RMA reads from a dead local node may still succeed: the
+// mapping outlives the process, and the bytes are what it last held).
+//
+// UCX_TLS and the other UCX_* variables are read from the environment
+// (ucp_config_read) by both sides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/clock.h"
+#include "strata/status.h"
+
+namespace strata::dataplane {
+
+enum class Mode : uint8_t { kAuto, kRma, kActiveMessage };
+std::string_view ModeName(Mode mode);
+
+// Identifies this machine (hostname and boot id) so a client can tell that a
+// node shares its host and shared-memory transports may reach it.
+std::string HostId();
+
+// ---- Node side ------------------------------------------------------------
+
+struct ServerOptions {
+  // kActiveMessage: never hand out an rkey (every read is authorized by the
+  // node). kAuto / kRma: clients may read the arena with RMA.
+  Mode mode = Mode::kAuto;
+};
+
+struct Access {
+  // Called on the progress thread for every active-message request. The node
+  // answers OK only if `session`'s principal owns `lease` and
+  // [offset, offset + length) lies inside an entry the lease covers. Missing
+  // callbacks deny everything.
+  std::function<Status(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length)>
+      authorize_read;
+  std::function<Status(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length)>
+      authorize_write;
+  // Called (progress thread) once a write into [offset, offset + length) has
+  // fully landed in the arena, before the client is acked.
+  std::function<void(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length)>
+      on_write_done;
+};
+
+// Owns a ucp_context, a ucp_worker and one progress thread; every UCX call of
+// the node happens on that thread after Start returns (gRPC threads never
+// touch UCX). The progress thread spins briefly after activity and sleeps on
+// the worker's event fd otherwise.
+class DataPlaneServer {
+ public:
+  // Registers `region` once (ucp_mem_map; remote read only) and starts the
+  // progress thread. `region` must outlive the server.
+  static Result<std::unique_ptr<DataPlaneServer>> Start(std::span<std::byte> region, Access access,
+                                                        ServerOptions options);
+  // Lets UCX allocate the region (ucp_mem_map ALLOCATE: a shared-memory
+  // segment when shm transports are enabled), so that clients on this host
+  // map it and RMA reads are plain memcpy. UCX 1.13 cannot do that for a
+  // region it did not allocate: there, "RMA" over shm is emulated with
+  // active messages through the node's worker, and kAuto picks active
+  // messages (rendezvous via cma, zero copy) instead. Freed with the server.
+  static Result<std::unique_ptr<DataPlaneServer>> StartWithOwnRegion(uint64_t bytes, Access access,
+                                                                     ServerOptions options);
+  // Stops the thread, ends in-flight sends, unmaps the region, frees UCX.
+  ~DataPlaneServer();
+  DataPlaneServer(const DataPlaneServer&) = delete;
+  DataPlaneServer& operator=(const DataPlaneServer&) = delete;
+
+  const std::string& worker_address() const;  // ucp_worker_get_address blob
+  const std::string& packed_rkey() const;     // ucp_rkey_pack blob; empty in kActiveMessage
+  uint64_t region_base() const;               // remote address of region[0]
+  uint64_t region_size() const;
+  std::span<std::byte> region() const;  // the registered bytes, for the node's own use
+  const std::string& host_id() const;   // HostId() of the node
+  Mode mode() const;                    // what the node allows (see ServerOptions)
+
+  // Answers new requests with UNAVAILABLE from now on and waits until the
+  // transfers already in flight finish or `deadline` (steady clock ns)
+  // passes (DEADLINE_EXCEEDED). RMA reads bypass the node and are not seen.
+  Status Drain(Nanos deadline);
+
+  struct Stats {
+    uint64_t bytes_sent = 0;                // read replies completed
+    uint64_t bytes_received = 0;            // writes landed
+    uint64_t requests = 0;                  // active-message requests seen
+    uint64_t rejected = 0;                  // answered with an error
+    uint64_t in_flight = 0;                 // replies / writes not finished yet
+    std::vector<std::string> transports;    // "tcp/eth0", "posix/memory", ...
+    std::vector<std::string> rdma_devices;  // DiscoverRdmaDevices()
+  };
+  Stats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit DataPlaneServer(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<DataPlaneServer>> StartInternal(std::span<std::byte> region,
+                                                                uint64_t bytes, Access access,
+                                                                ServerOptions options);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Client side ----------------------------------------------------------
+
+struct ServerInfo {
+  std::string worker_address;
+  std::string packed_rkey;  // empty: the node allows active messages only
+  uint64_t region_base = 0;
+  uint64_t session = 0;  // opaque id from the control plane, sent with every request
+  std::string host_id;   // the node's HostId(); empty = assume another host
+};
+
+struct ClientOptions {
+  Mode mode = Mode::kAuto;
+  Nanos timeout = Seconds(10);  // for Connect's handshake with the node
+};
+
+// One object = one endpoint (own ucp_context and worker) to one node. Calls
+// from several threads serialize on an internal mutex; progress happens on
+// the calling thread. After a deadline or a node failure the endpoint is
+// torn down and the next call reconnects to the same worker address.
+class DataPlaneClient {
+ public:
+  // Creates the endpoint and round-trips a handshake with the node within
+  // options.timeout (UNAVAILABLE / DEADLINE_EXCEEDED when it does not answer).
+  static Result<std::unique_ptr<DataPlaneClient>> Connect(const ServerInfo& server,
+                                                          ClientOptions options);
+  ~DataPlaneClient();
+  DataPlaneClient(const DataPlaneClient&) = delete;
+  DataPlaneClient& operator=(const DataPlaneClient&) = delete;
+
+  struct ReadOp {
+    uint64_t lease;
+    uint64_t offset;  // from region_base
+    std::span<std::byte> dest;
+  };
+  struct WriteOp {
+    uint64_t lease;
+    uint64_t offset;  // from region_base
+    std::span<const std::byte> src;
+  };
+
+  // Issues every op at once (pipelined) and progresses until all complete or
+  // `deadline` (steady clock ns) passes. `on_done(i, status)` runs on the
+  // calling thread exactly once per op, as op i completes (any order), and
+  // for ops still open at the deadline or failure. Returns the first error:
+  // DEADLINE_EXCEEDED, UNAVAILABLE (node gone or draining), the node's
+  // authorize_* answer (PERMISSION_DENIED, NOT_FOUND, ...), INVALID_ARGUMENT.
+  // When it returns, no UCX request points at a caller buffer any more.
+  Status Read(std::span<const ReadOp> ops,
+              const std::function<void(size_t, const Status&)>& on_done, Nanos deadline);
+  Status Write(std::span<const WriteOp> ops, Nanos deadline);
+
+  Mode mode() const;  // resolved: kRma or kActiveMessage
+  // Where the node's region is mapped into this process (UCX shared memory
+  // on one host: ucp_rkey_ptr), or nullptr. Lets a reader copy and verify
+  // in one pass instead of a get followed by a hash. Valid until the next
+  // Read or Write on this object (a failure there may reconnect).
+  const std::byte* MappedRegion() const;
+  // Transports of the endpoint's lanes, e.g. {"cma/memory", "sysv/memory"}.
+  std::vector<std::string> transports() const;
+
+  struct Impl;
+
+ private:
+  explicit DataPlaneClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// RDMA devices found through libibverbs (ibv_get_device_list): their names;
+// empty on machines without RDMA hardware.
+std::vector<std::string> DiscoverRdmaDevices();
+
+}  // namespace strata::dataplane

@@ -1,0 +1,74 @@
+// strata-node: a CacheStore served over the wire (DESIGN §3, §7, §10).
+// gRPC carries the control plane, UCX the bytes, HTTP /metrics and /healthz
+// the observability. `strata-node` (cachestore/src/node/node_main.cc) is a
+// thin command line around this class.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/cache_store.h"
+#include "strata/clock.h"
+#include "strata/status.h"
+
+namespace strata {
+
+struct NodeConfig {
+  std::string node_id;                      // default: hostname:port
+  std::string listen = "127.0.0.1:7070";    // gRPC control plane; port 0 picks one
+  std::string http_listen = "127.0.0.1:0";  // /metrics and /healthz; empty disables
+  uint64_t dram_bytes = 1ull << 30;
+  double high_watermark = 0.95;
+  double low_watermark = 0.85;
+  Nanos global_kv_ttl = Hours(72);
+  Nanos swa_ttl = Minutes(10);
+  Nanos read_lease_ttl = Seconds(10);
+  Nanos write_lease_ttl = Seconds(30);
+  std::string eviction_policy = "lru";
+  // Bearer tokens: one "sha256:<hex of the token> <namespace> <role>" per
+  // line (role: read, write or admin; namespace "*" is the operator, admin
+  // calls only). Required: a node never serves unauthenticated callers.
+  std::string tokens_file;
+  std::string tls_cert_file;  // both set: the control plane speaks TLS only
+  std::string tls_key_file;
+  std::string data_plane_mode = "auto";  // auto, rma or am (see data_plane.h)
+  Nanos shutdown_grace = Seconds(10);    // in-flight work gets this long on SIGTERM
+  std::string log_format = "text";       // text or json
+  std::string log_level = "info";
+};
+
+// Reads a YAML config (deploy/strata-node.yaml documents every key).
+// Unknown keys are an error, so a typo never silently falls back to a default.
+Result<NodeConfig> LoadNodeConfig(const std::string& path);
+// Applies "key=value" overrides with the same names as the YAML keys.
+Status ApplyNodeConfigOverride(NodeConfig* config, const std::string& assignment);
+Status ValidateNodeConfig(const NodeConfig& config);
+
+class Node {
+ public:
+  static Result<std::unique_ptr<Node>> Start(NodeConfig config);
+  // Shuts down (if not done yet) and frees everything.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Graceful stop: refuse new calls, let in-flight RPCs and transfers finish
+  // within the grace period, then end every lease and reservation. Safe to
+  // call more than once and from any thread.
+  void Shutdown();
+  // Blocks until Shutdown() has finished.
+  void Wait();
+
+  const std::string& node_id() const;
+  int grpc_port() const;
+  int http_port() const;  // 0 when HTTP is off
+  CacheStore& store();
+
+ private:
+  struct Impl;
+  explicit Node(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,164 @@
+// The SSD tier (DESIGN §4, §5): payloads in O_DIRECT data files driven by
+// io_uring, indexed in RocksDB.
+//
+// Durability order: a payload's bytes are written and (by default)
+// fdatasync'ed before the index entry that points at them is written, and an
+// extent is reused only after the index entry that pointed at it is durably
+// gone. So after a crash the index names only complete payloads; every read
+// is still checked against the payload checksum, and a mismatch drops the
+// entry and reads as a miss.
+//
+// Thread-safe. Each batch runs on the calling thread over one of a few
+// io_uring instances (registered files and buffers), with up to queue_depth
+// I/Os in flight.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/chain_key.h"
+#include "strata/clock.h"
+#include "strata/layout.h"
+#include "strata/metrics.h"
+#include "strata/status.h"
+
+namespace strata {
+
+// Alignment of every extent, offset and I/O length (O_DIRECT).
+constexpr uint64_t kSsdBlockBytes = 4096;
+constexpr uint64_t SsdIoBytes(uint64_t payload_bytes) {
+  return (payload_bytes + kSsdBlockBytes - 1) / kSsdBlockBytes * kSsdBlockBytes;
+}
+
+struct SsdTierOptions {
+  std::string dir;        // data files live here, and the index by default
+  std::string index_dir;  // the RocksDB index; default <dir>/index
+  uint64_t capacity_bytes = 64ull << 30;  // over all data files
+  uint32_t data_files = 1;                // data-0.bin ... spread round-robin
+  uint32_t queue_depth = 32;              // I/Os in flight per batch
+  uint32_t rings = 4;                     // batches that can run at once
+  uint64_t io_buffer_bytes = 256 << 10;   // each registered bounce buffer
+  double high_watermark = 0.95;           // eviction starts above high x capacity
+  double low_watermark = 0.85;            // ... and stops below low x capacity
+  Nanos ttl = Hours(72);
+  // fdatasync the data before the index points at it, and sync the index
+  // write. Off trades crash safety for speed (checksums still catch tears).
+  bool sync = true;
+  // After a disk-full or I/O error writes stop for this long, then retry.
+  Nanos write_retry_interval = Seconds(30);
+  // Writes stop while the file system has less than this free, so the index
+  // (RocksDB, same file system) always has room. Keep it above the bytes of
+  // one write batch.
+  uint64_t min_free_bytes = 64ull << 20;
+  // Last-access times are persisted at most this often per entry.
+  Nanos access_persist_interval = Minutes(10);
+  // Default: the wall clock, so TTLs survive a reboot.
+  const Clock* clock = nullptr;
+  MetricsRegistry* metrics = nullptr;  // default: the tier's own registry
+  // Fault injection for tests: runs after a batch's data is durable and
+  // before its index entries are written.
+  std::function<void()> before_index_write_hook;
+};
+
+// Identity of one SSD entry.
+struct SsdKey {
+  std::string ns;
+  ModelId model_id;
+  ChainKey chain;
+  StateKind kind = StateKind::kGlobalKv;
+};
+
+// What the index records about one entry.
+struct SsdEntryMeta {
+  uint32_t file = 0;
+  uint64_t offset = 0;          // in the data file, 4 KiB aligned
+  uint64_t extent_bytes = 0;    // SsdIoBytes(payload_bytes)
+  uint64_t payload_bytes = 0;   // exact
+  uint64_t data_checksum = 0;   // Checksum64 of the payload bytes
+  uint64_t entry_checksum = 0;  // the store's entry checksum (layout.h)
+  uint32_t layout_id = 0;
+  uint16_t layout_version = kPayloadFormatVersion;
+  Nanos commit_time = 0;  // tier clock
+  Nanos expiry = 0;
+  Nanos last_access = 0;  // coarse
+};
+
+struct SsdWrite {
+  SsdKey key;
+  std::span<const std::byte> payload;
+  uint64_t entry_checksum = 0;
+  uint32_t layout_id = 0;
+  // Bytes readable from payload.data(). A 4 KiB-aligned payload with at
+  // least SsdIoBytes(payload) readable is written in place (the padding goes
+  // to disk as is); anything else goes through a bounce buffer.
+  uint64_t readable_bytes = 0;
+};
+
+struct SsdRead {
+  SsdKey key;
+  // At least the payload size. A 4 KiB-aligned buffer of at least
+  // SsdIoBytes(payload) is read into directly; anything else via a bounce
+  // buffer.
+  std::span<std::byte> dst;
+};
+
+struct SsdTierStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;  // extents of indexed entries
+  uint64_t entries = 0;
+  uint64_t bytes_written = 0;
+  uint64_t bytes_read = 0;
+  uint64_t write_failures = 0;  // batches failed by I/O errors or a full disk
+  uint64_t checksum_failures = 0;
+  uint64_t evictions = 0;
+  uint64_t ttl_expired = 0;
+  bool writes_enabled = true;
+};
+
+class SsdTier {
+ public:
+  static Result<std::unique_ptr<SsdTier>> Open(SsdTierOptions options);
+  ~SsdTier();
+  SsdTier(const SsdTier&) = delete;
+  SsdTier& operator=(const SsdTier&) = delete;
+
+  // Writes a batch: data, sync, then one index batch. Entries already stored
+  // are skipped (idempotent). Per-entry results; UNAVAILABLE while writes are
+  // stopped by an earlier disk-full or I/O error, RESOURCE_EXHAUSTED when
+  // nothing can be evicted to make room.
+  std::vector<Status> WriteBatch(std::span<const SsdWrite> writes);
+  Status Write(const SsdWrite& write);
+
+  // Reads and verifies a batch. NOT_FOUND for a miss (a checksum mismatch
+  // drops the entry and also reads as NOT_FOUND, counted in metrics).
+  std::vector<Status> ReadBatch(std::span<const SsdRead> reads);
+  Status Read(const SsdRead& read);
+
+  // Index lookup; no I/O. Expired entries are misses.
+  std::optional<SsdEntryMeta> Lookup(const SsdKey& key) const;
+  bool Contains(const SsdKey& key) const { return Lookup(key).has_value(); }
+  // Records a use (for eviction order) without reading.
+  void Touch(const SsdKey& key);
+  Status Erase(const SsdKey& key);
+
+  // TTL expiry, then eviction down to the low watermark if above the high
+  // one. Returns how many entries went.
+  uint64_t RunMaintenance();
+
+  SsdTierStats Stats() const;
+  const SsdTierOptions& options() const;
+  // Test hooks: where an entry's bytes live on disk.
+  std::string DataFilePathForTesting(uint32_t file) const;
+
+ private:
+  struct Impl;
+  explicit SsdTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,809 @@
+// The remote Store. Control calls go over one gRPC channel with a deadline
+// each; bytes go over one UCX endpoint (data_plane.h) straight between the
+// caller's buffers and the node's arena. Fetched bytes are verified here,
+// against the entry checksum the node reported, before anyone is told they
+// are ready: the node's answer is trusted for where bytes are, never for
+// what they are.
+#include "remote_store.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "file_util.h"
+#include "grpc_status.h"
+#include "strata/data_plane.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "strata/wire.h"
+
+namespace strata {
+namespace {
+
+Result<dataplane::Mode> ParseMode(const std::string& mode) {
+  if (mode == "auto") return dataplane::Mode::kAuto;
+  if (mode == "rma") return dataplane::Mode::kRma;
+  if (mode == "am") return dataplane::Mode::kActiveMessage;
+  return InvalidArgument("data_plane_mode must be auto, rma or am, got '" + mode + "'");
+}
+
+constexpr size_t kMaxTrackedLeases = 4096;
+
+// One fetched payload, verified piece by piece as its pieces land: the
+// header against the entry checksum, then each layer group against the
+// header's table.
+struct PayloadCheck {
+  std::span<std::byte> bytes;
+  uint64_t checksum = 0;
+  std::optional<PayloadHeader> header;  // once the header verified
+  Status failed;                        // first failure
+};
+
+Status VerifyHeader(PayloadCheck& p) {
+  const uint64_t n = p.bytes.size();
+  Result<PayloadHeader> h = ParsePayloadHeader(p.bytes);
+  if (!h.ok()) return ChecksumMismatch("payload header: " + h.status().message());
+  if (h->header_bytes > n || Checksum64(p.bytes.first(h->header_bytes)) != p.checksum) {
+    return ChecksumMismatch("payload header fails the entry checksum");
+  }
+  for (const GroupExtent& g : h->groups) {
+    if (g.offset > n || g.length > n - g.offset) {
+      return ChecksumMismatch("payload group outside the payload");
+    }
+  }
+  p.header = std::move(h).value();
+  return Status::Ok();
+}
+
+Status VerifyGroup(const PayloadCheck& p, size_t g) {
+  const GroupExtent& ge = p.header->groups[g];
+  if (Checksum64(p.bytes.subspan(ge.offset, ge.length)) != ge.checksum) {
+    return ChecksumMismatch("layer group " + std::to_string(g) + " fails its checksum");
+  }
+  return Status::Ok();
+}
+
+class RemoteStore final : public Store {
+ public:
+  RemoteStore(const std::shared_ptr<grpc::Channel>& channel, ClientOptions options,
+              dataplane::Mode mode)
+      : stub_(v1::CacheStore::NewStub(channel)),
+        options_(std::move(options)),
+        mode_(mode),
+        bearer_("Bearer " + options_.token) {}
+
+  ~RemoteStore() override {
+    // Reservations staged here and never published: tell the node.
+    std::vector<LeaseId> pending;
+    {
+      std::lock_guard lock(staged_mu_);
+      for (const auto& [lease, staged] : staged_) pending.push_back(lease);
+    }
+    for (LeaseId lease : pending) (void)Abort(lease);
+  }
+
+  Status Connect() {
+    std::lock_guard lock(dp_mu_);
+    return ConnectLocked();
+  }
+
+  Result<MatchResult> Match(const MatchRequest& req) override {
+    if (req.tokens.size() > kMaxPromptTokens) {
+      return InvalidArgument("prompt of " + std::to_string(req.tokens.size()) +
+                             " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
+    }
+    if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
+      return InvalidArgument("block_tokens must be in 1..65536");
+    }
+    const ChainRoot root{ns_, req.model_id, req.extra};
+    STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
+    Result<std::vector<ChainKey>> keys =
+        ChainKeys::ForPrompt(root, req.tokens, req.block_tokens, req.mm);
+    if (!keys.ok()) return keys.status();
+    MatchKeysRequest by_keys;
+    by_keys.model_id = req.model_id;
+    by_keys.root = ChainKeys::Root(root);
+    by_keys.keys = *keys;
+    by_keys.block_tokens = req.block_tokens;
+    by_keys.want_swa = req.want_swa;
+    by_keys.take_lease = req.take_lease;
+    by_keys.lease_ttl = req.lease_ttl;
+    return MatchKeys(by_keys);
+  }
+
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& req) override {
+    if (req.keys.size() > kMaxBlocksPerCall) {
+      return InvalidArgument("match of " + std::to_string(req.keys.size()) + " keys exceeds " +
+                             std::to_string(kMaxBlocksPerCall));
+    }
+    const v1::MatchRequest wire_req = wire::EncodeMatchRequest(req);
+    v1::MatchResponse resp;
+    // The lease runs from before the request left, so our idea of its
+    // expiry is never later than the node's.
+    const Nanos sent = SteadyClock().Now();
+    // Without a lease a match changes nothing: safe to retry.
+    STRATA_RETURN_IF_ERROR(
+        Call([&](grpc::ClientContext* c) { return stub_->Match(c, wire_req, &resp); },
+             /*idempotent=*/!req.take_lease));
+    Result<MatchResult> result = wire::DecodeMatchResponse(resp);
+    if (!result.ok()) return result.status();
+    result->model_id = req.model_id;
+    result->block_tokens = req.block_tokens;
+    result->prompt_blocks = static_cast<uint32_t>(req.keys.size());
+    seen_instance_.store(resp.instance_id());
+    if (result->lease != 0) {
+      result->lease_expiry = sent + Nanos{resp.lease_ttl_ms()} * kNanosPerMilli;
+      std::lock_guard lock(leases_mu_);
+      if (lease_expiry_.size() >= kMaxTrackedLeases) {
+        // Leases never released end on the node by themselves; forget them.
+        std::erase_if(lease_expiry_, [&](const auto& kv) { return kv.second <= sent; });
+      }
+      lease_expiry_[result->lease] = result->lease_expiry;
+    }
+    return result;
+  }
+
+  FetchFuture Fetch(const FetchRequest& req) override { return FetchFuture::Ready(FetchNow(req)); }
+
+  Result<Reservation> Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
+                              Nanos write_lease_ttl) override {
+    v1::ReserveResponse resp;
+    STRATA_RETURN_IF_ERROR(ReserveRpc(model, blocks, write_lease_ttl, &resp));
+    // The caller writes into local staging; Publish ships it to the node.
+    Staged staged;
+    Reservation out;
+    out.write_lease = resp.write_lease_id();
+    out.expiry = SteadyClock().Now() + Nanos{resp.ttl_ms()} * kNanosPerMilli;
+    for (int i = 0; i < resp.blocks_size(); ++i) {
+      const v1::ReservedBlock& b = resp.blocks(i);
+      ReservedBlock rb;
+      if (b.state() == v1::RESERVED) {
+        auto& buf = staged.buffers.emplace_back(blocks[static_cast<size_t>(i)].payload_bytes);
+        staged.ops.push_back({out.write_lease, b.location(), {}});
+        rb.buffer = std::span<std::byte>(buf);
+      } else {
+        rb.state = b.state() == v1::ALREADY_PRESENT ? ReserveState::kAlreadyPresent
+                                                    : ReserveState::kInFlight;
+      }
+      out.blocks.push_back(rb);
+    }
+    if (out.write_lease != 0) {
+      std::lock_guard lock(staged_mu_);
+      staged_.emplace(out.write_lease, std::move(staged));
+    }
+    return out;
+  }
+
+  Result<PublishResult> Publish(LeaseId write_lease, std::span<const uint64_t> checksums) override {
+    std::optional<Staged> staged;
+    {
+      std::lock_guard lock(staged_mu_);
+      auto it = staged_.find(write_lease);
+      if (it != staged_.end()) {
+        staged = std::move(it->second);
+        staged_.erase(it);
+      }
+    }
+    if (!staged.has_value()) return NotFound("no reservation " + std::to_string(write_lease));
+    for (size_t i = 0; i < staged->ops.size(); ++i) {
+      staged->ops[i].src = std::span<const std::byte>(staged->buffers[i]);
+    }
+    return WriteAndPublish(write_lease, staged->ops, checksums);
+  }
+
+  Result<PublishResult> Commit(const ModelId& model,
+                               std::span<const CommitPayload> payloads) override {
+    std::vector<CommitBlock> blocks;
+    blocks.reserve(payloads.size());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
+        return InvalidArgument("block " + std::to_string(i) + ": carries " +
+                               std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
+                               std::to_string(payloads[i].block.payload_bytes));
+      }
+      blocks.push_back(payloads[i].block);
+    }
+    v1::ReserveResponse resp;
+    STRATA_RETURN_IF_ERROR(ReserveRpc(model, blocks, 0, &resp));
+    if (resp.blocks_size() != static_cast<int>(payloads.size())) {
+      return Internal("reserve answered for the wrong number of blocks");
+    }
+    if (resp.write_lease_id() == 0) {
+      PublishResult nothing_to_do;
+      nothing_to_do.blocks.assign(payloads.size(), Status::Ok());
+      return nothing_to_do;
+    }
+    // Straight from the caller's bytes into the node's arena: no staging.
+    std::vector<dataplane::DataPlaneClient::WriteOp> ops;
+    std::vector<uint64_t> checksums(payloads.size(), 0);
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      const v1::ReservedBlock& b = resp.blocks(static_cast<int>(i));
+      if (b.state() != v1::RESERVED) continue;
+      ops.push_back({resp.write_lease_id(), b.location(), payloads[i].bytes});
+      checksums[i] = payloads[i].checksum;
+    }
+    return WriteAndPublish(resp.write_lease_id(), ops, checksums);
+  }
+
+  Status RenewLease(LeaseId lease, Nanos ttl) override {
+    if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl must be in [0, 10m]");
+    v1::RenewLeaseRequest req;
+    req.set_lease_id(lease);
+    req.set_ttl_ms(static_cast<uint32_t>(ttl / kNanosPerMilli));
+    v1::RenewLeaseResponse resp;
+    const Nanos sent = SteadyClock().Now();
+    STRATA_RETURN_IF_ERROR(
+        Call([&](grpc::ClientContext* c) { return stub_->RenewLease(c, req, &resp); },
+             /*idempotent=*/true));
+    std::lock_guard lock(leases_mu_);
+    if (auto it = lease_expiry_.find(lease); it != lease_expiry_.end()) {
+      it->second = sent + Nanos{resp.ttl_ms()} * kNanosPerMilli;
+    }
+    return Status::Ok();
+  }
+
+  Status Abort(LeaseId lease) override {
+    {
+      std::lock_guard lock(staged_mu_);
+      staged_.erase(lease);
+    }
+    {
+      std::lock_guard lock(leases_mu_);
+      lease_expiry_.erase(lease);
+    }
+    v1::AbortRequest req;
+    req.set_lease_id(lease);
+    v1::AbortResponse resp;
+    return Call([&](grpc::ClientContext* c) { return stub_->Abort(c, req, &resp); },
+                /*idempotent=*/true);
+  }
+
+ private:
+  struct Staged {
+    std::vector<std::vector<std::byte>> buffers;
+    std::vector<dataplane::DataPlaneClient::WriteOp> ops;
+  };
+
+  Nanos Deadline() const { return SteadyClock().Now() + options_.timeout; }
+
+  // One control-plane call with a deadline and credentials; idempotent calls
+  // are retried once when the channel was unavailable (a node restart).
+  template <typename Fn>
+  Status Call(Fn&& fn, bool idempotent) {
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::nanoseconds(options_.timeout));
+      ctx.AddMetadata("authorization", bearer_);
+      Status st = FromGrpc(fn(&ctx));
+      if (st.ok() || !idempotent || attempt >= 1 || st.code() != StatusCode::kUnavailable) {
+        return st;
+      }
+    }
+  }
+
+  // Says Hello and connects the data plane; called under dp_mu_.
+  Status ConnectLocked() {
+    v1::HelloRequest req;
+    v1::HelloResponse resp;
+    STRATA_RETURN_IF_ERROR(Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
+                                /*idempotent=*/true));
+    dataplane::ServerInfo info;
+    info.worker_address = resp.ucx_worker_address();
+    info.packed_rkey = resp.ucx_rkey();
+    info.region_base = resp.region_base();
+    info.session = resp.session_id();
+    info.host_id = resp.host_id();
+    dataplane::ClientOptions dp_options;
+    dp_options.mode = mode_;
+    dp_options.timeout = options_.timeout;
+    auto dp = dataplane::DataPlaneClient::Connect(info, dp_options);
+    if (!dp.ok())
+      return Unavailable("data plane to node " + resp.node_id() + ": " + dp.status().message());
+    dp_ = std::move(dp).value();
+    dp_instance_ = resp.instance_id();
+    seen_instance_.store(resp.instance_id());
+    region_bytes_ = resp.region_bytes();
+    if (ns_.empty()) {
+      ns_ = resp.namespace_();  // set by Connect, before the store is shared
+    } else if (ns_ != resp.namespace_()) {
+      return Internal("the node now maps this token to another namespace");
+    }
+    return Status::Ok();
+  }
+
+  // The data plane, reconnected first if a failure dropped it.
+  Result<dataplane::DataPlaneClient*> DataPlaneLocked() {
+    if (dp_ == nullptr || dp_instance_ != seen_instance_.load()) {
+      dp_.reset();
+      STRATA_RETURN_IF_ERROR(ConnectLocked());
+    }
+    return dp_.get();
+  }
+
+  // A transfer that failed because the node went away (or forgot our
+  // session) drops the endpoint; the next call says Hello again.
+  void MaybeDropLocked(const Status& st) {
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kUnauthenticated ||
+        st.code() == StatusCode::kDeadlineExceeded) {
+      dp_.reset();
+    }
+  }
+
+  Status ReserveRpc(const ModelId& model, std::span<const CommitBlock> blocks, Nanos ttl,
+                    v1::ReserveResponse* resp) {
+    if (blocks.empty() || blocks.size() > kMaxBlocksPerCall) {
+      return InvalidArgument("reserve needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
+    }
+    const v1::ReserveRequest req = wire::EncodeReserveRequest(model, blocks, ttl);
+    STRATA_RETURN_IF_ERROR(
+        Call([&](grpc::ClientContext* c) { return stub_->Reserve(c, req, resp); },
+             /*idempotent=*/false));
+    seen_instance_.store(resp->instance_id());
+    if (resp->blocks_size() != static_cast<int>(blocks.size())) {
+      if (resp->write_lease_id() != 0) (void)Abort(resp->write_lease_id());
+      return Internal("reserve answered for the wrong number of blocks");
+    }
+    for (const v1::ReservedBlock& b : resp->blocks()) {
+      if (b.state() != v1::RESERVED && b.state() != v1::ALREADY_PRESENT &&
+          b.state() != v1::IN_FLIGHT) {
+        if (resp->write_lease_id() != 0) (void)Abort(resp->write_lease_id());
+        return Internal("reserve answered an unknown block state");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Ships the bytes, then publishes; on any failure the reservation is
+  // aborted so nothing partial can ever become visible.
+  Result<PublishResult> WriteAndPublish(LeaseId lease,
+                                        std::span<const dataplane::DataPlaneClient::WriteOp> ops,
+                                        std::span<const uint64_t> checksums) {
+    Status written;
+    {
+      std::lock_guard lock(dp_mu_);
+      Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
+      written = dp.ok() ? (*dp)->Write(ops, Deadline()) : dp.status();
+      if (!written.ok()) MaybeDropLocked(written);
+    }
+    if (!written.ok()) {
+      (void)Abort(lease);
+      return written;
+    }
+    v1::PublishRequest req;
+    req.set_write_lease_id(lease);
+    for (uint64_t c : checksums) req.add_checksums(c);
+    v1::PublishResponse resp;
+    Status st = Call([&](grpc::ClientContext* c) { return stub_->Publish(c, req, &resp); },
+                     /*idempotent=*/false);
+    if (!st.ok()) {
+      (void)Abort(lease);
+      return st;
+    }
+    return wire::DecodePublishResponse(resp);
+  }
+
+  bool LeaseEnded(LeaseId lease) {
+    std::lock_guard lock(leases_mu_);
+    auto it = lease_expiry_.find(lease);
+    return it != lease_expiry_.end() && SteadyClock().Now() >= it->second;
+  }
+
+  FetchOutcome FetchNow(const FetchRequest& req) {
+    FetchOutcome out;
+    if (req.match == nullptr) {
+      out.status = InvalidArgument("fetch needs a match result");
+      return out;
+    }
+    const MatchResult& match = *req.match;
+    const size_t n = req.block_buffers.size();
+    if (n > match.blocks.size()) {
+      out.status = InvalidArgument("fetch of " + std::to_string(n) + " blocks, match has " +
+                                   std::to_string(match.blocks.size()));
+      return out;
+    }
+    for (size_t b = 0; b < n; ++b) {
+      if (req.block_buffers[b].size() < match.blocks[b].payload_bytes) {
+        out.status = InvalidArgument("buffer for block " + std::to_string(b) + " is too small");
+        return out;
+      }
+    }
+    const bool want_swa = !req.swa_buffer.empty() && match.swa.has_value();
+    if (want_swa && req.swa_buffer.size() < match.swa->entry.payload_bytes) {
+      out.status = InvalidArgument("SWA buffer is too small");
+      return out;
+    }
+    if (n == 0 && !want_swa) return out;
+
+    // Locations are only good under a lease: take one if the match did not.
+    const MatchResult* leased = &match;
+    std::optional<MatchResult> own;
+    if (match.lease == 0) {
+      std::vector<ChainKey> keys;
+      for (size_t b = 0; b < n; ++b) keys.push_back(match.blocks[b].key);
+      MatchKeysRequest again;
+      again.model_id = match.model_id;
+      again.root = match.prefix_key;
+      again.keys = keys;
+      again.block_tokens = match.block_tokens == 0 ? 1 : match.block_tokens;
+      again.want_swa = want_swa;
+      again.take_lease = true;
+      Result<MatchResult> r = MatchKeys(again);
+      if (!r.ok()) {
+        out.status = r.status();
+        return out;
+      }
+      own = std::move(r).value();
+      leased = &*own;
+    }
+    bool mapped = false;
+    {
+      std::lock_guard lock(dp_mu_);
+      Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
+      if (dp.ok() && (*dp)->MappedRegion() != nullptr) {
+        mapped = true;
+        FetchMapped((*dp)->MappedRegion(), match, *leased, req, n, want_swa, out);
+      }
+    }
+    if (!mapped) FetchInto(req, match, *leased, n, want_swa, out);
+    if (own.has_value() && own->lease != 0) (void)Abort(own->lease);
+    return out;
+  }
+
+  // The node's arena is mapped into this process (UCX shared memory): each
+  // layer group is copied and hashed in one pass, as the in-process store
+  // does, layer group by layer group across blocks. Bytes that changed
+  // under us (a lease that ran out) fail their checksum and are not served.
+  void FetchMapped(const std::byte* base, const MatchResult& match, const MatchResult& leased,
+                   const FetchRequest& req, size_t n, bool want_swa, FetchOutcome& out) {
+    Status status;
+    if (LeaseEnded(leased.lease)) {
+      out.status = Status(StatusCode::kLeaseExpired,
+                          "lease " + std::to_string(leased.lease) + " has expired");
+      return;
+    }
+    auto source = [&](const BlockMatch& b) -> const std::byte* {
+      if (b.location > region_bytes_ || b.payload_bytes > region_bytes_ - b.location)
+        return nullptr;
+      return base + b.location;
+    };
+    size_t usable = 0;
+    while (usable < n && usable < leased.blocks.size() &&
+           leased.blocks[usable].key == match.blocks[usable].key &&
+           leased.blocks[usable].checksum == match.blocks[usable].checksum &&
+           leased.blocks[usable].payload_bytes == match.blocks[usable].payload_bytes) {
+      ++usable;
+    }
+    if (usable < n) status = NotFound("block " + std::to_string(usable) + " is no longer stored");
+    auto cut = [&](size_t b, const Status& why) {
+      if (b < usable) {
+        usable = b;
+        status = Status(why.code(), "block " + std::to_string(b) + ": " + why.message());
+      }
+    };
+    // Headers: each must hash to its entry checksum.
+    std::vector<PayloadHeader> headers(usable);
+    for (size_t b = 0; b < usable; ++b) {
+      const BlockMatch& bm = leased.blocks[b];
+      const std::byte* src = source(bm);
+      std::byte* dst = req.block_buffers[b].data();
+      if (src == nullptr || bm.payload_bytes < 32) {
+        cut(b, Internal("location outside the node's arena"));
+        break;
+      }
+      uint32_t hb = 0;
+      std::memcpy(&hb, src + 20, sizeof(hb));  // header bytes H, see layout.h
+      if (hb > bm.payload_bytes || CopyAndChecksum(dst, src, hb) != bm.checksum) {
+        cut(b, ChecksumMismatch("header fails the entry checksum"));
+        break;
+      }
+      Result<PayloadHeader> h = ParsePayloadHeader({dst, bm.payload_bytes});
+      if (!h.ok() || h->header_bytes != hb) {
+        cut(b, ChecksumMismatch("malformed header"));
+        break;
+      }
+      headers[b] = std::move(h).value();
+      out.bytes += hb;
+    }
+    size_t max_groups = 0;
+    for (size_t b = 0; b < usable; ++b) max_groups = std::max(max_groups, headers[b].groups.size());
+    for (size_t g = 0; g < max_groups && usable > 0; ++g) {
+      for (size_t b = 0; b < usable; ++b) {
+        if (g >= headers[b].groups.size()) continue;
+        const GroupExtent& ge = headers[b].groups[g];
+        const std::byte* src = source(leased.blocks[b]);
+        if (CopyAndChecksum(req.block_buffers[b].data() + ge.offset, src + ge.offset, ge.length) !=
+            ge.checksum) {
+          cut(b, ChecksumMismatch("layer group " + std::to_string(g) + " fails its checksum"));
+          break;
+        }
+        out.bytes += ge.length;
+        if (req.on_event) {
+          req.on_event(
+              {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(g)});
+        }
+      }
+      if (req.on_event && usable > 0) {
+        req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
+                      static_cast<uint32_t>(g)});
+      }
+    }
+    out.blocks_ready = static_cast<uint32_t>(usable);
+    if (req.on_event) {
+      for (size_t b = 0; b < usable; ++b) {
+        req.on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
+      }
+    }
+    // The SWA state, when the prefix it belongs to arrived whole.
+    const bool swa_ok = want_swa && leased.swa.has_value() &&
+                        leased.swa->entry.key == match.swa->entry.key &&
+                        leased.swa->entry.checksum == match.swa->entry.checksum;
+    PayloadCheck swa;
+    bool swa_landed = false;
+    if (swa_ok && usable >= leased.swa->boundary_blocks) {
+      const BlockMatch& e = leased.swa->entry;
+      swa = {req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
+      if (const std::byte* src = source(e); src != nullptr) {
+        std::memcpy(swa.bytes.data(), src, e.payload_bytes);
+        swa_landed = true;
+      }
+    }
+    FinishSwa(req, leased, want_swa, swa_ok, swa_landed, usable, swa, status, out);
+  }
+
+  // Verifies the SWA state, when it arrived and the prefix it belongs to
+  // arrived whole, and sets the outcome's final status.
+  static void FinishSwa(const FetchRequest& req, const MatchResult& leased, bool want_swa,
+                        bool swa_ok, bool swa_landed, size_t usable, PayloadCheck& p,
+                        Status& status, FetchOutcome& out) {
+    if (swa_ok && swa_landed && usable >= leased.swa->boundary_blocks) {
+      Status st = VerifyHeader(p);
+      for (size_t g = 0; st.ok() && g < p.header->groups.size(); ++g) st = VerifyGroup(p, g);
+      if (st.ok()) {
+        out.swa_ready = true;
+        out.bytes += p.bytes.size();
+        if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
+      } else if (status.ok()) {
+        status = Status(st.code(), "SWA state: " + st.message());
+      }
+    } else if (want_swa && !swa_ok && status.ok()) {
+      status = NotFound("SWA state is no longer stored");
+    }
+    out.status = status;
+  }
+
+  // Reads under `leased` (locations) what `match` describes, layer group
+  // by layer group when the payloads are laid out as the built-in layouts
+  // are, verifying each piece as it lands.
+  void FetchInto(const FetchRequest& req, const MatchResult& match, const MatchResult& leased,
+                 size_t n, bool want_swa, FetchOutcome& out) {
+    // Blocks the lease really covers, in order and with the same identity.
+    size_t covered = 0;
+    while (covered < n && covered < leased.blocks.size() &&
+           leased.blocks[covered].key == match.blocks[covered].key &&
+           leased.blocks[covered].checksum == match.blocks[covered].checksum &&
+           leased.blocks[covered].payload_bytes == match.blocks[covered].payload_bytes) {
+      ++covered;
+    }
+    Status status;
+    if (covered < n) status = NotFound("block " + std::to_string(covered) + " is no longer stored");
+    const bool swa_ok = want_swa && leased.swa.has_value() &&
+                        leased.swa->entry.key == match.swa->entry.key &&
+                        leased.swa->entry.checksum == match.swa->entry.checksum;
+
+    std::vector<PayloadCheck> checks(covered + (swa_ok ? 1 : 0));
+    std::vector<dataplane::DataPlaneClient::ReadOp> ops;
+    struct Piece {
+      size_t payload;
+      int group;  // -1: the whole payload (header and all groups)
+    };
+    std::vector<Piece> pieces;
+    for (size_t b = 0; b < covered; ++b) {
+      const BlockMatch& bm = leased.blocks[b];
+      checks[b] = {req.block_buffers[b].first(bm.payload_bytes), bm.checksum, {}, {}};
+    }
+    // The header and group table of a built-in layout sit at fixed places,
+    // so pieces can be planned before any byte arrives: layer group g of
+    // every block is requested before group g + 1 of any.
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> plan(covered);
+    size_t max_groups = 0;
+    for (size_t b = 0; b < covered; ++b) {
+      const BlockMatch& bm = leased.blocks[b];
+      static const Layout kGlobalKv = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+      const Layout& layout = kGlobalKv;
+      if (bm.layout_id == layout.id && layout.PayloadBytes() == bm.payload_bytes) {
+        uint64_t at = layout.HeaderBytes();
+        for (size_t g = 0; g < layout.groups.size(); ++g) {
+          // Group 0 carries the header with it.
+          const uint64_t start = g == 0 ? 0 : at;
+          plan[b].push_back({start, at + layout.groups[g].bytes - start});
+          at += layout.groups[g].bytes;
+        }
+      } else {
+        plan[b].push_back({0, bm.payload_bytes});
+      }
+      max_groups = std::max(max_groups, plan[b].size());
+    }
+    for (size_t g = 0; g < max_groups; ++g) {
+      for (size_t b = 0; b < covered; ++b) {
+        if (g >= plan[b].size()) continue;
+        const auto [off, len] = plan[b][g];
+        ops.push_back(
+            {leased.lease, leased.blocks[b].location + off, checks[b].bytes.subspan(off, len)});
+        pieces.push_back({b, plan[b].size() == 1 ? -1 : static_cast<int>(g)});
+      }
+    }
+    if (swa_ok) {
+      const BlockMatch& e = leased.swa->entry;
+      checks[covered] = {req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
+      ops.push_back({leased.lease, e.location, checks[covered].bytes});
+      pieces.push_back({covered, -1});
+    }
+
+    // Verification as pieces land. A group that lands before its block's
+    // header waits for it.
+    std::vector<std::vector<bool>> landed(covered);
+    std::vector<std::vector<bool>> verified(covered);
+    for (size_t b = 0; b < covered; ++b) {
+      landed[b].assign(plan[b].size(), false);
+      verified[b].assign(plan[b].size(), false);
+    }
+    size_t usable = covered;  // blocks [0, usable) have not failed
+    auto cut = [&](size_t b, const Status& why) {
+      if (b < usable) {
+        usable = b;
+        status = why;
+      }
+    };
+    size_t groups_done = 0;  // layer groups announced for the whole prefix
+    auto announce = [&] {
+      while (req.on_event && usable > 0 && groups_done < max_groups) {
+        for (size_t b = 0; b < usable; ++b) {
+          if (groups_done < verified[b].size() && !verified[b][groups_done]) return;
+        }
+        req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
+                      static_cast<uint32_t>(groups_done)});
+        ++groups_done;
+      }
+    };
+    auto fail = [&](size_t b, const Status& st) {
+      cut(b, Status(st.code(), "block " + std::to_string(b) + ": " + st.message()));
+    };
+    // Verifies whatever of block b has landed. The header rides in piece 0;
+    // pieces that land before it wait.
+    auto verify_block = [&](size_t b) {
+      PayloadCheck& p = checks[b];
+      if (b >= usable || !landed[b][0]) return;
+      if (!p.header.has_value()) {
+        if (Status st = VerifyHeader(p); !st.ok()) return fail(b, st);
+        if (plan[b].size() > 1 && p.header->groups.size() != plan[b].size()) {
+          return fail(b, ChecksumMismatch("unexpected group table"));
+        }
+      }
+      for (size_t g = 0; g < plan[b].size(); ++g) {
+        if (!landed[b][g] || verified[b][g]) continue;
+        // A whole-payload piece covers every group of the header's table.
+        const size_t first = plan[b].size() == 1 ? 0 : g;
+        const size_t last = plan[b].size() == 1 ? p.header->groups.size() : g + 1;
+        for (size_t gg = first; gg < last; ++gg) {
+          if (Status st = VerifyGroup(p, gg); !st.ok()) return fail(b, st);
+          if (req.on_event) {
+            req.on_event({FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b),
+                          static_cast<uint32_t>(gg)});
+          }
+        }
+        verified[b][g] = true;
+      }
+    };
+    bool swa_landed = false;
+    auto on_done = [&](size_t i, const Status& st) {
+      const Piece& piece = pieces[i];
+      if (piece.payload == covered && swa_ok) {
+        swa_landed = st.ok();
+        if (!st.ok() && status.ok()) status = st;
+        return;
+      }
+      if (!st.ok()) {
+        cut(piece.payload, st);
+        return;
+      }
+      landed[piece.payload][piece.group < 0 ? 0 : static_cast<size_t>(piece.group)] = true;
+      verify_block(piece.payload);
+      announce();
+    };
+    Status transfer;
+    {
+      std::lock_guard lock(dp_mu_);
+      Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
+      if (dp.ok() && (*dp)->mode() == dataplane::Mode::kRma && LeaseEnded(leased.lease)) {
+        dp = Status(StatusCode::kLeaseExpired,
+                    "lease " + std::to_string(leased.lease) + " has expired");
+        usable = 0;
+      }
+      transfer = dp.ok() ? (*dp)->Read(ops, on_done, Deadline()) : dp.status();
+      if (!transfer.ok()) MaybeDropLocked(transfer);
+    }
+    if (!transfer.ok() && status.ok()) status = transfer;
+    if (!transfer.ok() && usable == covered) {
+      // No piece reported the failure (e.g. no endpoint at all).
+      for (size_t b = 0; b < covered; ++b) {
+        if (!std::all_of(verified[b].begin(), verified[b].end(), [](bool v) { return v; })) {
+          usable = std::min(usable, b);
+          break;
+        }
+      }
+    }
+    for (size_t b = 0; b < usable; ++b) {
+      if (!std::all_of(verified[b].begin(), verified[b].end(), [](bool v) { return v; })) {
+        cut(b, Internal("block " + std::to_string(b) + " did not complete"));
+        break;
+      }
+    }
+    announce();
+    for (size_t b = 0; b < usable; ++b) {
+      out.bytes += checks[b].bytes.size();
+      if (req.on_event) req.on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
+    }
+    out.blocks_ready = static_cast<uint32_t>(usable);
+    PayloadCheck none;
+    FinishSwa(req, leased, want_swa, swa_ok, swa_landed, usable, swa_ok ? checks[covered] : none,
+              status, out);
+  }
+
+  std::unique_ptr<v1::CacheStore::Stub> stub_;
+  const ClientOptions options_;
+  const dataplane::Mode mode_;
+  const std::string bearer_;
+
+  // The caller's namespace (it feeds key[0]); written once by Connect.
+  std::string ns_;
+
+  std::mutex dp_mu_;  // the data plane
+  std::unique_ptr<dataplane::DataPlaneClient> dp_;
+  uint64_t region_bytes_ = 0;  // of the node's arena
+
+  uint64_t dp_instance_ = 0;                // the node process dp_ talks to
+  std::atomic<uint64_t> seen_instance_{0};  // the one that answered last
+
+  std::mutex staged_mu_;
+  std::unordered_map<LeaseId, Staged> staged_;
+
+  // Read leases we hold and when they end: RMA reads bypass the node, so
+  // the client refuses to read under a lease it knows has ended.
+  std::mutex leases_mu_;
+  std::unordered_map<LeaseId, Nanos> lease_expiry_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
+                                               const ClientOptions& options) {
+  ClientOptions opts = options;
+  if (opts.token.empty()) {
+    if (const char* env = std::getenv("STRATA_TOKEN"); env != nullptr) opts.token = env;
+  }
+  if (opts.token.empty()) {
+    return Unauthenticated("no token: set ClientOptions::token or STRATA_TOKEN");
+  }
+  if (opts.timeout <= 0) return InvalidArgument("timeout must be positive");
+  Result<dataplane::Mode> mode = ParseMode(opts.data_plane_mode);
+  if (!mode.ok()) return mode.status();
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!opts.tls_root_certs_file.empty()) {
+    Result<std::string> roots = ReadFileToString(opts.tls_root_certs_file);
+    if (!roots.ok()) return roots.status();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *roots;
+    creds = grpc::SslCredentials(ssl);
+  }
+  auto store = std::make_unique<RemoteStore>(grpc::CreateChannel(target, creds), opts, *mode);
+  STRATA_RETURN_IF_ERROR(store->Connect());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace strata

@@ -1,0 +1,468 @@
+// The client's side of the data plane: one UCX context, worker and endpoint
+// to one node, progressed on the calling thread.
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "dataplane/ucx_common.h"
+#include "strata/data_plane.h"
+
+namespace strata::dataplane {
+
+using internal::kAmPing;
+using internal::kAmPong;
+using internal::kAmReadReply;
+using internal::kAmReadRequest;
+using internal::kAmWriteAck;
+using internal::kAmWriteRequest;
+using internal::kWireVersion;
+using internal::ReplyHeader;
+using internal::RequestHeader;
+using internal::StatusFromUcs;
+using internal::SteadyNow;
+
+namespace {
+// How long teardown waits for UCX to give back requests after a force close.
+constexpr Nanos kTeardownGrace = 2 * kNanosPerSecond;
+}  // namespace
+
+struct DataPlaneClient::Impl {
+  struct Call;
+  // One op of the current call. UCX callbacks point at it, so it lives in its
+  // Call until every request referencing it has finished.
+  struct Op {
+    Call* call = nullptr;
+    size_t index = 0;
+    std::byte* dest = nullptr;  // reads: the caller's buffer
+    uint64_t length = 0;
+    RequestHeader header;  // sent to the node; alive until the send finishes
+    bool done = false;
+    Status status;
+  };
+  struct Call {
+    Impl* impl = nullptr;
+    std::vector<Op> ops;
+    std::vector<size_t> completed;  // indexes not yet reported to the caller
+    size_t done = 0;
+    size_t outstanding = 0;  // UCX requests not finished (they point into ops)
+  };
+
+  ServerInfo server;
+  ClientOptions options;
+  std::unique_ptr<internal::UcxWorker> ucx;
+  ucp_ep_h ep = nullptr;
+  ucp_rkey_h rkey = nullptr;
+  bool peer_error_handling = false;
+  Mode mode = Mode::kActiveMessage;
+  std::vector<std::string> lane_transports;
+  Status ep_failure;  // set by the endpoint's error handler
+  uint64_t next_op_id = 1;
+  std::unordered_map<uint64_t, Op*> awaiting_reply;  // op id -> op
+  // Calls abandoned with requests UCX never gave back; freed after the worker.
+  std::list<std::unique_ptr<Call>> orphans;
+  mutable std::mutex mu;
+
+  ~Impl() {
+    CloseEndpoint(/*force=*/!ep_failure.ok());
+    if (ucx != nullptr && ucx->worker != nullptr) {
+      ucp_worker_destroy(ucx->worker);
+      ucx->worker = nullptr;
+    }
+    orphans.clear();
+  }
+
+  // ---- completion plumbing (all on the calling thread, inside progress) ----
+
+  void Complete(Op* op, Status status) {
+    if (op->done) return;
+    op->done = true;
+    op->status = std::move(status);
+    awaiting_reply.erase(op->header.op_id);
+    op->call->completed.push_back(op->index);
+    ++op->call->done;
+  }
+
+  static void RequestFinished(Op* op, ucs_status_t status, const char* what) {
+    --op->call->outstanding;
+    if (status != UCS_OK) {
+      op->call->impl->Complete(op, StatusFromUcs(status, what));
+    }
+  }
+
+  static void OnRequestSent(void* request, ucs_status_t status, void* user_data) {
+    ucp_request_free(request);
+    RequestFinished(static_cast<Op*>(user_data), status, "sending request to node");
+  }
+
+  static void OnGetDone(void* request, ucs_status_t status, void* user_data) {
+    ucp_request_free(request);
+    auto* op = static_cast<Op*>(user_data);
+    RequestFinished(op, status, "RMA read from node");
+    if (status == UCS_OK) op->call->impl->Complete(op, Status::Ok());
+  }
+
+  static void OnReplyDataReceived(void* request, ucs_status_t status, size_t /*length*/,
+                                  void* user_data) {
+    ucp_request_free(request);
+    auto* op = static_cast<Op*>(user_data);
+    RequestFinished(op, status, "receiving read reply");
+    if (status == UCS_OK) op->call->impl->Complete(op, Status::Ok());
+  }
+
+  static void OnEpError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+    auto* self = static_cast<Impl*>(arg);
+    Status failure = StatusFromUcs(status, "node endpoint failed");
+    if (failure.code() != StatusCode::kUnavailable) {
+      failure = Unavailable(failure.message());
+    }
+    self->ep_failure = std::move(failure);
+  }
+
+  // Finds the op a reply answers; nullptr for late replies to abandoned ops.
+  Op* ReplyOp(const void* header, size_t header_length, ReplyHeader* reply) {
+    if (header_length != sizeof(ReplyHeader)) return nullptr;
+    std::memcpy(reply, header, sizeof(*reply));
+    if (reply->version != kWireVersion) return nullptr;
+    auto it = awaiting_reply.find(reply->op_id);
+    return it == awaiting_reply.end() ? nullptr : it->second;
+  }
+
+  static Status ErrorFromReply(const ReplyHeader& reply, const void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+    std::string message = "node: ";
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && data != nullptr) {
+      message.append(static_cast<const char*>(data), std::min(length, internal::kMaxErrorMessage));
+    }
+    return {internal::StatusCodeFromWire(reply.code), std::move(message)};
+  }
+
+  // Pong and write acks: a status, maybe an error message.
+  static ucs_status_t OnStatusReply(void* arg, const void* header, size_t header_length, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    ReplyHeader reply;
+    Op* op = self->ReplyOp(header, header_length, &reply);
+    if (op == nullptr) return UCS_OK;
+    if (reply.code == static_cast<uint32_t>(StatusCode::kOk)) {
+      self->Complete(op, Status::Ok());
+    } else {
+      self->Complete(op, ErrorFromReply(reply, data, length, param));
+    }
+    return UCS_OK;
+  }
+
+  static ucs_status_t OnReadReply(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    ReplyHeader reply;
+    Op* op = self->ReplyOp(header, header_length, &reply);
+    if (op == nullptr) return UCS_OK;  // drops rendezvous data of abandoned ops
+    if (reply.code != static_cast<uint32_t>(StatusCode::kOk)) {
+      self->Complete(op, ErrorFromReply(reply, data, length, param));
+      return UCS_OK;
+    }
+    if (length != op->length) {
+      self->Complete(op, Internal("node replied with " + std::to_string(length) +
+                                  " bytes, asked for " + std::to_string(op->length)));
+      return UCS_OK;
+    }
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+      if (length > 0) std::memcpy(op->dest, data, length);
+      self->Complete(op, Status::Ok());
+      return UCS_OK;
+    }
+    // Rendezvous: UCX moves the bytes straight into the caller's buffer.
+    self->awaiting_reply.erase(op->header.op_id);
+    ucp_request_param_t param_out{};
+    param_out.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param_out.cb.recv_am = &OnReplyDataReceived;
+    param_out.user_data = op;
+    ucs_status_ptr_t r =
+        ucp_am_recv_data_nbx(self->ucx->worker, data, op->dest, length, &param_out);
+    if (r == nullptr) {
+      self->Complete(op, Status::Ok());
+    } else if (UCS_PTR_IS_ERR(r)) {
+      self->Complete(op, StatusFromUcs(UCS_PTR_STATUS(r), "receiving read reply"));
+    } else {
+      ++op->call->outstanding;
+    }
+    return UCS_OK;
+  }
+
+  // ---- endpoint ----
+
+  Status OpenEndpoint() {
+    bool same_host = !server.host_id.empty() && server.host_id == HostId();
+    bool local_shm = false;
+    for (const std::string& t : internal::ContextTransports(ucx->context)) {
+      local_shm = local_shm || internal::IsSharedMemoryTransport(t);
+    }
+    // UCX 1.13's shared-memory transports refuse peer error handling.
+    peer_error_handling = !(same_host && local_shm);
+    ucs_status_t st = CreateEndpoint();
+    if (st == UCS_ERR_UNREACHABLE && peer_error_handling && local_shm) {
+      // No host id, but the node is only reachable over shared memory.
+      peer_error_handling = false;
+      st = CreateEndpoint();
+    }
+    if (st != UCS_OK) {
+      ep = nullptr;
+      return StatusFromUcs(st, "connecting to the node's worker address");
+    }
+    ep_failure = Status::Ok();
+    lane_transports.clear();
+    bool rdma = false;
+    for (const internal::EpLane& lane : internal::EpLanes(ep)) {
+      lane_transports.push_back(lane.transport);
+      rdma = rdma || internal::IsRdmaTransport(lane.transport);
+    }
+    if (options.mode != Mode::kActiveMessage && !server.packed_rkey.empty()) {
+      st = ucp_ep_rkey_unpack(ep, server.packed_rkey.data(), &rkey);
+      if (st != UCS_OK) {
+        rkey = nullptr;
+        return StatusFromUcs(st, "unpacking the node's rkey");
+      }
+    }
+    Mode wanted = options.mode;
+    if (wanted == Mode::kAuto) {
+      void* mapped = nullptr;
+      bool native_rma =
+          rkey != nullptr && (rdma || ucp_rkey_ptr(rkey, server.region_base, &mapped) == UCS_OK);
+      wanted = native_rma ? Mode::kRma : Mode::kActiveMessage;
+    }
+    if (wanted == Mode::kRma && rkey == nullptr) {
+      return PermissionDenied("node allows active-message reads only (no rkey)");
+    }
+    if (wanted == Mode::kActiveMessage && rkey != nullptr) {
+      ucp_rkey_destroy(rkey);
+      rkey = nullptr;
+    }
+    mode = wanted;
+    return Status::Ok();
+  }
+
+  ucs_status_t CreateEndpoint() {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.address = reinterpret_cast<const ucp_address_t*>(server.worker_address.data());
+    params.err_mode = peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    if (peer_error_handling) {
+      params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      params.err_handler.cb = &OnEpError;
+      params.err_handler.arg = this;
+    }
+    return ucp_ep_create(ucx->worker, &params, &ep);
+  }
+
+  // Closes the endpoint; `force` cancels whatever is outstanding on it.
+  void CloseEndpoint(bool force) {
+    if (ucx == nullptr || ep == nullptr) return;
+    if (rkey != nullptr) ucp_rkey_destroy(rkey);
+    rkey = nullptr;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    ep = nullptr;
+    (void)internal::WaitRequest(ucx->worker, r, SteadyNow() + kTeardownGrace, "closing endpoint");
+  }
+
+  // ---- calls ----
+
+  // Runs one call: `issue(op)` starts each op; progress until every op is
+  // done and UCX holds no request into the call, or the deadline passes or
+  // the endpoint fails. Every op is reported to `on_done` once.
+  Status Run(std::unique_ptr<Call> call, const std::function<void(Op*)>& issue,
+             const std::function<void(size_t, const Status&)>& on_done, Nanos deadline) {
+    Status first_error;
+    auto report = [&](size_t i) {
+      const Status& s = call->ops[i].status;
+      if (!s.ok() && first_error.ok()) first_error = s;
+      if (on_done) on_done(i, s);
+    };
+    auto fail_all = [&](const Status& why) {
+      for (Op& op : call->ops) Complete(&op, why);
+      for (size_t i : call->completed) report(i);
+      return first_error;
+    };
+    if (ep == nullptr) {
+      Status st = OpenEndpoint();
+      if (!st.ok()) {
+        CloseEndpoint(/*force=*/true);
+        return fail_all(st);
+      }
+    }
+    for (Op& op : call->ops) {
+      if (!ep_failure.ok()) break;
+      issue(&op);
+    }
+    while (true) {
+      for (size_t i : call->completed) report(i);
+      call->completed.clear();
+      if (call->done == call->ops.size() && call->outstanding == 0) return first_error;
+      if (!ep_failure.ok() || SteadyNow() > deadline) break;
+      ucp_worker_progress(ucx->worker);
+    }
+    Status why = !ep_failure.ok() ? ep_failure
+                                  : DeadlineExceeded("data plane transfer did not finish in time");
+    for (Op& op : call->ops) {
+      if (!op.done) awaiting_reply.erase(op.header.op_id);
+    }
+    if (call->outstanding > 0 || !ep_failure.ok()) {
+      // UCX still points into caller buffers: cancel everything on the
+      // endpoint and wait for UCX to hand the requests back.
+      CloseEndpoint(/*force=*/true);
+      const Nanos grace = SteadyNow() + kTeardownGrace;
+      while (call->outstanding > 0 && SteadyNow() < grace) ucp_worker_progress(ucx->worker);
+    }
+    Status result = fail_all(why);
+    if (call->outstanding > 0) orphans.push_back(std::move(call));
+    return result;
+  }
+
+  std::unique_ptr<Call> NewCall(size_t n) {
+    auto call = std::make_unique<Call>();
+    call->impl = this;
+    call->ops.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      call->ops[i].call = call.get();
+      call->ops[i].index = i;
+      call->ops[i].header.session = server.session;
+      call->ops[i].header.op_id = next_op_id++;
+    }
+    return call;
+  }
+
+  // Sends op->header as active message `id` (with `data`), awaiting a reply.
+  void SendRequest(Op* op, uint16_t id, const void* data, size_t length) {
+    awaiting_reply[op->header.op_id] = op;
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &OnRequestSent;
+    param.user_data = op;
+    param.flags = UCP_AM_SEND_FLAG_REPLY |
+                  (length >= internal::kRendezvousThreshold ? UCP_AM_SEND_FLAG_RNDV : 0);
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(ep, id, &op->header, sizeof(op->header), data, length, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      Complete(op, StatusFromUcs(UCS_PTR_STATUS(r), "sending request to node"));
+    } else if (r != nullptr) {
+      ++op->call->outstanding;
+    }
+  }
+
+  static Status CheckRange(uint64_t offset, uint64_t length) {
+    if (offset > UINT64_MAX - length) return InvalidArgument("offset + length overflows");
+    return Status::Ok();
+  }
+
+  Status Ping(Nanos deadline) {
+    auto call = NewCall(1);
+    return Run(
+        std::move(call), [&](Op* op) { SendRequest(op, kAmPing, nullptr, 0); }, nullptr, deadline);
+  }
+
+  Status Read(std::span<const ReadOp> reads,
+              const std::function<void(size_t, const Status&)>& on_done, Nanos deadline) {
+    auto call = NewCall(reads.size());
+    auto issue = [&](Op* op) {
+      const ReadOp& r = reads[op->index];
+      op->dest = r.dest.data();
+      op->length = r.dest.size();
+      op->header.lease = r.lease;
+      op->header.offset = r.offset;
+      op->header.length = r.dest.size();
+      Status valid = CheckRange(r.offset, r.dest.size());
+      if (!valid.ok()) return Complete(op, valid);
+      if (mode == Mode::kActiveMessage) return SendRequest(op, kAmReadRequest, nullptr, 0);
+      if (op->length == 0) return Complete(op, Status::Ok());
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.send = &OnGetDone;
+      param.user_data = op;
+      ucs_status_ptr_t st =
+          ucp_get_nbx(ep, op->dest, op->length, server.region_base + r.offset, rkey, &param);
+      if (st == nullptr) {
+        Complete(op, Status::Ok());
+      } else if (UCS_PTR_IS_ERR(st)) {
+        Complete(op, StatusFromUcs(UCS_PTR_STATUS(st), "RMA read from node"));
+      } else {
+        ++op->call->outstanding;
+      }
+    };
+    return Run(std::move(call), issue, on_done, deadline);
+  }
+
+  Status Write(std::span<const WriteOp> writes, Nanos deadline) {
+    auto call = NewCall(writes.size());
+    auto issue = [&](Op* op) {
+      const WriteOp& w = writes[op->index];
+      op->header.lease = w.lease;
+      op->header.offset = w.offset;
+      op->header.length = w.src.size();
+      Status valid = CheckRange(w.offset, w.src.size());
+      if (!valid.ok()) return Complete(op, valid);
+      SendRequest(op, kAmWriteRequest, w.src.data(), w.src.size());
+    };
+    return Run(std::move(call), issue, nullptr, deadline);
+  }
+};
+
+DataPlaneClient::DataPlaneClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DataPlaneClient::~DataPlaneClient() = default;
+
+Result<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(const ServerInfo& server,
+                                                                  ClientOptions options) {
+  if (server.worker_address.empty()) return InvalidArgument("node worker address is empty");
+  auto impl = std::make_unique<Impl>();
+  impl->server = server;
+  impl->options = options;
+  auto ucx = internal::CreateUcxWorker(/*wakeup=*/false);
+  if (!ucx.ok()) return ucx.status();
+  impl->ucx = std::move(*ucx);
+  Impl* raw = impl.get();
+  STRATA_RETURN_IF_ERROR(
+      internal::SetAmHandler(raw->ucx->worker, kAmPong, &Impl::OnStatusReply, raw));
+  STRATA_RETURN_IF_ERROR(
+      internal::SetAmHandler(raw->ucx->worker, kAmReadReply, &Impl::OnReadReply, raw));
+  STRATA_RETURN_IF_ERROR(
+      internal::SetAmHandler(raw->ucx->worker, kAmWriteAck, &Impl::OnStatusReply, raw));
+  STRATA_RETURN_IF_ERROR(raw->OpenEndpoint());
+  STRATA_RETURN_IF_ERROR(raw->Ping(SteadyNow() + options.timeout));
+  return std::unique_ptr<DataPlaneClient>(new DataPlaneClient(std::move(impl)));
+}
+
+Status DataPlaneClient::Read(std::span<const ReadOp> ops,
+                             const std::function<void(size_t, const Status&)>& on_done,
+                             Nanos deadline) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->Read(ops, on_done, deadline);
+}
+
+Status DataPlaneClient::Write(std::span<const WriteOp> ops, Nanos deadline) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->Write(ops, deadline);
+}
+
+Mode DataPlaneClient::mode() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->mode;
+}
+
+const std::byte* DataPlaneClient::MappedRegion() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->mode != Mode::kRma || impl_->rkey == nullptr) return nullptr;
+  void* mapped = nullptr;
+  if (ucp_rkey_ptr(impl_->rkey, impl_->server.region_base, &mapped) != UCS_OK) return nullptr;
+  return static_cast<const std::byte*>(mapped);
+}
+
+std::vector<std::string> DataPlaneClient::transports() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lane_transports;
+}
+
+}  // namespace strata::dataplane

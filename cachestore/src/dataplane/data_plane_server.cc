@@ -1,0 +1,418 @@
+// The node's side of the data plane: one UCX worker driven by one progress
+// thread, the arena registered once, active-message handlers that check
+// Access and answer straight from / into the arena.
+#include <cstring>
+#include <thread>
+#include <unordered_set>
+
+#include "dataplane/ucx_common.h"
+#include "strata/data_plane.h"
+
+namespace strata::dataplane {
+
+using internal::kAmPing;
+using internal::kAmPong;
+using internal::kAmReadReply;
+using internal::kAmReadRequest;
+using internal::kAmWriteAck;
+using internal::kAmWriteRequest;
+using internal::kWireVersion;
+using internal::ReplyHeader;
+using internal::RequestHeader;
+using internal::StatusFromUcs;
+
+namespace {
+// After activity the progress thread spins this long before sleeping on the
+// worker's event fd: back-to-back requests then cost no wake-up.
+constexpr Nanos kSpinNanos = 100'000;
+}  // namespace
+
+struct DataPlaneServer::Impl {
+  // A send or receive UCX has not finished yet. Owned by `pending` until its
+  // callback (or the shutdown sweep) deletes it.
+  struct Pending {
+    enum class Kind : uint8_t { kSend, kWriteRecv };
+    Impl* impl = nullptr;
+    Kind kind = Kind::kSend;
+    ReplyHeader reply;            // kSend: header, alive until the send finishes
+    std::string message;          // kSend: error text sent as data
+    uint64_t payload_bytes = 0;   // kSend: arena bytes, counted when done
+    RequestHeader request;        // kWriteRecv
+    ucp_ep_h reply_ep = nullptr;  // kWriteRecv: where the ack goes
+  };
+
+  std::span<std::byte> region;
+  Access access;
+  ServerOptions options;
+  std::unique_ptr<internal::UcxWorker> ucx;
+  ucp_mem_h memh = nullptr;
+  std::string worker_address;
+  std::string packed_rkey;
+  std::string host_id;
+  std::vector<std::string> transports;
+  std::vector<std::string> rdma_devices;
+
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> draining{false};
+  bool destroying = false;  // progress thread / shutdown only
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> in_flight{0};
+  std::unordered_set<Pending*> pending;  // progress thread only
+
+  ~Impl() {
+    if (thread.joinable()) {
+      stop.store(true, std::memory_order_release);
+      ucp_worker_signal(ucx->worker);
+      thread.join();
+    }
+    Shutdown();
+  }
+
+  void Run() {
+    Nanos last_active = internal::SteadyNow();
+    while (!stop.load(std::memory_order_acquire)) {
+      if (ucp_worker_progress(ucx->worker) != 0) {
+        last_active = internal::SteadyNow();
+        continue;
+      }
+      if (internal::SteadyNow() - last_active < kSpinNanos) continue;
+      ucs_status_t st = ucp_worker_arm(ucx->worker);
+      if (st == UCS_ERR_BUSY) continue;
+      if (st != UCS_OK) {
+        // No event fd for these transports: poll gently instead.
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
+      }
+      ucp_worker_wait(ucx->worker);
+      last_active = internal::SteadyNow();
+    }
+  }
+
+  // Runs after the progress thread ended (or never started).
+  void Shutdown() {
+    if (ucx == nullptr) return;
+    // Give replies already handed to UCX a moment to finish cleanly.
+    const Nanos grace = internal::SteadyNow() + 200 * kNanosPerMilli;
+    while (!pending.empty() && internal::SteadyNow() < grace) ucp_worker_progress(ucx->worker);
+    if (memh != nullptr) ucp_mem_unmap(ucx->context, memh);
+    memh = nullptr;
+    destroying = true;
+    // Destroying the worker completes what is left (callbacks may run and
+    // delete their Pending); whatever it did not complete is ours to delete.
+    ucp_worker_destroy(ucx->worker);
+    ucx->worker = nullptr;
+    for (Pending* p : pending) delete p;
+    pending.clear();
+    ucx.reset();
+  }
+
+  // ---- replies ----
+
+  static void OnSendDone(void* request, ucs_status_t status, void* user_data) {
+    auto* p = static_cast<Pending*>(user_data);
+    ucp_request_free(request);
+    p->impl->FinishSend(p, status);
+  }
+
+  void FinishSend(Pending* p, ucs_status_t status) {
+    if (status == UCS_OK) bytes_sent.fetch_add(p->payload_bytes, std::memory_order_relaxed);
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    pending.erase(p);
+    delete p;
+  }
+
+  // Sends `id` with {op_id, status} to `ep`: data is the arena range on OK,
+  // the error text otherwise.
+  void Reply(ucp_ep_h ep, uint16_t id, uint64_t op_id, const Status& status, const std::byte* data,
+             uint64_t length) {
+    auto* p = new Pending();
+    p->impl = this;
+    p->reply.op_id = op_id;
+    p->reply.code = static_cast<uint32_t>(status.code());
+    const void* payload = data;
+    if (!status.ok()) {
+      p->message = status.message().substr(0, internal::kMaxErrorMessage);
+      payload = p->message.data();
+      length = p->message.size();
+    } else {
+      p->payload_bytes = length;
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &OnSendDone;
+    param.user_data = p;
+    param.flags = length >= internal::kRendezvousThreshold ? UCP_AM_SEND_FLAG_RNDV : 0;
+    in_flight.fetch_add(1, std::memory_order_acq_rel);
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(ep, id, &p->reply, sizeof(p->reply), payload, length, &param);
+    if (r == nullptr) {
+      FinishSend(p, UCS_OK);
+    } else if (UCS_PTR_IS_ERR(r)) {
+      FinishSend(p, UCS_PTR_STATUS(r));
+    } else {
+      pending.insert(p);
+    }
+  }
+
+  // ---- request checks ----
+
+  Status CheckRange(const RequestHeader& h) const {
+    if (h.offset > region.size() || h.length > region.size() - h.offset) {
+      return InvalidArgument("range [" + std::to_string(h.offset) + ", +" +
+                             std::to_string(h.length) + ") lies outside the node's arena");
+    }
+    return Status::Ok();
+  }
+
+  // Copies the header out (UCX gives no alignment guarantee); false when the
+  // request cannot be answered at all.
+  static bool ParseHeader(const void* header, size_t header_length,
+                          const ucp_am_recv_param_t* param, RequestHeader* out) {
+    if (header_length != sizeof(RequestHeader)) return false;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return false;
+    std::memcpy(out, header, sizeof(*out));
+    return true;
+  }
+
+  // ---- handlers (progress thread) ----
+
+  static ucs_status_t OnPing(void* arg, const void* header, size_t header_length, void* /*data*/,
+                             size_t /*length*/, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    RequestHeader h;
+    if (!ParseHeader(header, header_length, param, &h)) return UCS_OK;
+    Status st;
+    if (h.version != kWireVersion) {
+      st = InvalidArgument("data plane wire version mismatch");
+    } else if (self->draining.load(std::memory_order_acquire)) {
+      st = Unavailable("node is draining");
+    }
+    self->Reply(param->reply_ep, kAmPong, h.op_id, st, nullptr, 0);
+    return UCS_OK;
+  }
+
+  static ucs_status_t OnReadRequest(void* arg, const void* header, size_t header_length,
+                                    void* /*data*/, size_t /*length*/,
+                                    const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    self->requests.fetch_add(1, std::memory_order_relaxed);
+    RequestHeader h;
+    if (!ParseHeader(header, header_length, param, &h)) {
+      self->rejected.fetch_add(1, std::memory_order_relaxed);
+      return UCS_OK;
+    }
+    Status st = self->CheckRequest(h, self->access.authorize_read);
+    if (!st.ok()) {
+      self->rejected.fetch_add(1, std::memory_order_relaxed);
+      self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, nullptr, 0);
+      return UCS_OK;
+    }
+    self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, self->region.data() + h.offset,
+                h.length);
+    return UCS_OK;
+  }
+
+  Status CheckRequest(
+      const RequestHeader& h,
+      const std::function<Status(uint64_t, uint64_t, uint64_t, uint64_t)>& authorize) {
+    if (h.version != kWireVersion) return InvalidArgument("data plane wire version mismatch");
+    if (draining.load(std::memory_order_acquire)) return Unavailable("node is draining");
+    STRATA_RETURN_IF_ERROR(CheckRange(h));
+    if (!authorize)
+      return PermissionDenied("node has no authorization callback for this operation");
+    return authorize(h.session, h.lease, h.offset, h.length);
+  }
+
+  static ucs_status_t OnWriteRequest(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    self->requests.fetch_add(1, std::memory_order_relaxed);
+    RequestHeader h;
+    if (!ParseHeader(header, header_length, param, &h)) {
+      self->rejected.fetch_add(1, std::memory_order_relaxed);
+      return UCS_OK;  // drops rendezvous data too
+    }
+    Status st = length != h.length
+                    ? InvalidArgument("write carries " + std::to_string(length) +
+                                      " bytes, header says " + std::to_string(h.length))
+                    : self->CheckRequest(h, self->access.authorize_write);
+    if (!st.ok()) {
+      self->rejected.fetch_add(1, std::memory_order_relaxed);
+      self->Reply(param->reply_ep, kAmWriteAck, h.op_id, st, nullptr, 0);
+      return UCS_OK;  // nothing lands: UCX drops the payload
+    }
+    std::byte* dest = self->region.data() + h.offset;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+      // Eager (small) payload: already here, one copy.
+      if (length > 0) std::memcpy(dest, data, length);
+      self->WriteLanded(h, param->reply_ep, UCS_OK);
+      return UCS_OK;
+    }
+    auto* p = new Pending();
+    p->impl = self;
+    p->kind = Pending::Kind::kWriteRecv;
+    p->request = h;
+    p->reply_ep = param->reply_ep;
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.recv_am = &OnWriteReceived;
+    rp.user_data = p;
+    self->in_flight.fetch_add(1, std::memory_order_acq_rel);
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->ucx->worker, data, dest, length, &rp);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+      self->FinishWriteRecv(p, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
+    } else {
+      self->pending.insert(p);
+    }
+    return UCS_OK;
+  }
+
+  static void OnWriteReceived(void* request, ucs_status_t status, size_t /*length*/,
+                              void* user_data) {
+    auto* p = static_cast<Pending*>(user_data);
+    ucp_request_free(request);
+    p->impl->FinishWriteRecv(p, status);
+  }
+
+  void FinishWriteRecv(Pending* p, ucs_status_t status) {
+    const RequestHeader h = p->request;
+    ucp_ep_h ep = p->reply_ep;
+    pending.erase(p);
+    delete p;
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    if (destroying) return;  // the worker is going away: no acks any more
+    WriteLanded(h, ep, status);
+  }
+
+  void WriteLanded(const RequestHeader& h, ucp_ep_h ep, ucs_status_t status) {
+    if (status != UCS_OK) {
+      rejected.fetch_add(1, std::memory_order_relaxed);
+      Reply(ep, kAmWriteAck, h.op_id, StatusFromUcs(status, "receiving write"), nullptr, 0);
+      return;
+    }
+    bytes_received.fetch_add(h.length, std::memory_order_relaxed);
+    if (access.on_write_done) access.on_write_done(h.session, h.lease, h.offset, h.length);
+    Reply(ep, kAmWriteAck, h.op_id, Status::Ok(), nullptr, 0);
+  }
+};
+
+DataPlaneServer::DataPlaneServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DataPlaneServer::~DataPlaneServer() = default;
+
+Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(std::span<std::byte> region,
+                                                                Access access,
+                                                                ServerOptions options) {
+  if (region.empty()) return InvalidArgument("data plane region is empty");
+  return StartInternal(region, region.size(), std::move(access), options);
+}
+
+Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartWithOwnRegion(
+    uint64_t bytes, Access access, ServerOptions options) {
+  if (bytes == 0) return InvalidArgument("data plane region is empty");
+  return StartInternal({}, bytes, std::move(access), options);
+}
+
+Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::span<std::byte> region,
+                                                                        uint64_t bytes,
+                                                                        Access access,
+                                                                        ServerOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->access = std::move(access);
+  impl->options = options;
+  impl->host_id = HostId();
+  impl->rdma_devices = DiscoverRdmaDevices();
+  auto ucx = internal::CreateUcxWorker(/*wakeup=*/true);
+  if (!ucx.ok()) return ucx.status();
+  impl->ucx = std::move(*ucx);
+  ucp_context_h ctx = impl->ucx->context;
+  ucp_worker_h worker = impl->ucx->worker;
+  impl->transports = internal::ContextTransports(ctx);
+
+  // Register once. Remote peers may read, never write: writes arrive as
+  // active messages the node checks first. Without a region, UCX allocates
+  // it (shared-memory segments peers on this host can map).
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = region.data();
+  mp.length = bytes;
+  mp.prot =
+      UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+  mp.flags = region.empty() ? UCP_MEM_MAP_ALLOCATE : 0;
+  ucs_status_t st = ucp_mem_map(ctx, &mp, &impl->memh);
+  if (st != UCS_OK) {
+    impl->memh = nullptr;
+    return StatusFromUcs(st, "ucp_mem_map of the arena");
+  }
+  if (region.empty()) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    st = ucp_mem_query(impl->memh, &attr);
+    if (st != UCS_OK) return StatusFromUcs(st, "ucp_mem_query");
+    region = {static_cast<std::byte*>(attr.address), bytes};
+  }
+  impl->region = region;
+  if (options.mode != Mode::kActiveMessage) {
+    void* rkey = nullptr;
+    size_t rkey_size = 0;
+    st = ucp_rkey_pack(ctx, impl->memh, &rkey, &rkey_size);
+    if (st != UCS_OK) return StatusFromUcs(st, "ucp_rkey_pack");
+    impl->packed_rkey.assign(static_cast<const char*>(rkey), rkey_size);
+    ucp_rkey_buffer_release(rkey);
+  }
+  ucp_address_t* address = nullptr;
+  size_t address_size = 0;
+  st = ucp_worker_get_address(worker, &address, &address_size);
+  if (st != UCS_OK) return StatusFromUcs(st, "ucp_worker_get_address");
+  impl->worker_address.assign(reinterpret_cast<const char*>(address), address_size);
+  ucp_worker_release_address(worker, address);
+
+  Impl* raw = impl.get();
+  STRATA_RETURN_IF_ERROR(internal::SetAmHandler(worker, kAmPing, &Impl::OnPing, raw));
+  STRATA_RETURN_IF_ERROR(internal::SetAmHandler(worker, kAmReadRequest, &Impl::OnReadRequest, raw));
+  STRATA_RETURN_IF_ERROR(
+      internal::SetAmHandler(worker, kAmWriteRequest, &Impl::OnWriteRequest, raw));
+  impl->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<DataPlaneServer>(new DataPlaneServer(std::move(impl)));
+}
+
+const std::string& DataPlaneServer::worker_address() const { return impl_->worker_address; }
+const std::string& DataPlaneServer::packed_rkey() const { return impl_->packed_rkey; }
+uint64_t DataPlaneServer::region_base() const {
+  return reinterpret_cast<uint64_t>(impl_->region.data());
+}
+uint64_t DataPlaneServer::region_size() const { return impl_->region.size(); }
+std::span<std::byte> DataPlaneServer::region() const { return impl_->region; }
+const std::string& DataPlaneServer::host_id() const { return impl_->host_id; }
+Mode DataPlaneServer::mode() const { return impl_->options.mode; }
+
+Status DataPlaneServer::Drain(Nanos deadline) {
+  impl_->draining.store(true, std::memory_order_release);
+  while (impl_->in_flight.load(std::memory_order_acquire) > 0) {
+    if (internal::SteadyNow() > deadline) {
+      return DeadlineExceeded(std::to_string(impl_->in_flight.load()) +
+                              " data plane transfers still in flight");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return Status::Ok();
+}
+
+DataPlaneServer::Stats DataPlaneServer::stats() const {
+  Stats s;
+  s.bytes_sent = impl_->bytes_sent.load(std::memory_order_relaxed);
+  s.bytes_received = impl_->bytes_received.load(std::memory_order_relaxed);
+  s.requests = impl_->requests.load(std::memory_order_relaxed);
+  s.rejected = impl_->rejected.load(std::memory_order_relaxed);
+  s.in_flight = impl_->in_flight.load(std::memory_order_relaxed);
+  s.transports = impl_->transports;
+  s.rdma_devices = impl_->rdma_devices;
+  return s;
+}
+
+}  // namespace strata::dataplane

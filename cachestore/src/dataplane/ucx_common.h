@@ -1,0 +1,98 @@
+// Pieces shared by the data plane's node and client: the wire headers of
+// the active messages, UCX context/worker setup, status mapping and the
+// parsing of UCX's printed endpoint/context info (UCX 1.13 has no query for
+// an endpoint's transports).
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/clock.h"
+#include "strata/status.h"
+
+namespace strata::dataplane::internal {
+
+// Active-message ids. Requests travel client -> node, replies node -> client.
+enum AmId : uint16_t {
+  kAmPing = 11,          // RequestHeader (op_id only); answered by kAmPong
+  kAmPong = 12,          // ReplyHeader
+  kAmReadRequest = 13,   // RequestHeader, no data
+  kAmReadReply = 14,     // ReplyHeader; data = payload (OK) or error message
+  kAmWriteRequest = 15,  // RequestHeader; data = payload
+  kAmWriteAck = 16,      // ReplyHeader; data = error message (if any)
+};
+
+// Bumped when a header changes; both sides reject other versions.
+constexpr uint32_t kWireVersion = 1;
+
+struct RequestHeader {
+  uint32_t version = kWireVersion;
+  uint32_t reserved = 0;
+  uint64_t session = 0;
+  uint64_t lease = 0;
+  uint64_t op_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct ReplyHeader {
+  uint32_t version = kWireVersion;
+  uint32_t code = 0;  // StatusCode
+  uint64_t op_id = 0;
+};
+
+// Payloads from this size up go by rendezvous (zero copy on the node).
+constexpr uint64_t kRendezvousThreshold = 8192;
+// Error messages carried in replies are cut to this length.
+constexpr size_t kMaxErrorMessage = 512;
+
+inline Nanos SteadyNow() { return SteadyClock().Now(); }
+
+Status StatusFromUcs(ucs_status_t status, const std::string& what);
+// Status codes arriving from the wire; unknown codes become INTERNAL.
+StatusCode StatusCodeFromWire(uint32_t code);
+
+// One context + one worker driven by one thread (UCS_THREAD_MODE_SINGLE).
+// Features: RMA | AM, plus WAKEUP when `wakeup` (the node sleeps on the
+// worker's event fd). Configuration (UCX_TLS, ...) comes from the
+// environment.
+struct UcxWorker {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  UcxWorker() = default;
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+  ~UcxWorker();
+};
+Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup);
+
+// Registers an active-message handler on `worker`.
+Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb, void* arg);
+
+// Runs `print(stream)` into a string (UCX prints its info to a FILE*).
+std::string CaptureUcxPrint(const std::function<void(FILE*)>& print);
+
+// "tcp/eth0", "posix/memory", ... of the context's resources.
+std::vector<std::string> ContextTransports(ucp_context_h context);
+
+struct EpLane {
+  std::string transport;  // "cma/memory", "tcp/lo", "rc_mlx5/mlx5_0:1"
+  bool rma_bw = false;    // UCX uses it for bulk RMA
+};
+std::vector<EpLane> EpLanes(ucp_ep_h ep);
+// RDMA transports (verbs / mlx5): RMA on them is done by the NIC.
+bool IsRdmaTransport(const std::string& transport);
+bool IsSharedMemoryTransport(const std::string& transport);
+
+// Blocks (progressing `worker`) until `request` from a ucp_*_nbx call
+// completes or `deadline` passes; frees the request. Requests that did not
+// finish are freed too (UCX releases them on completion).
+Status WaitRequest(ucp_worker_h worker, ucs_status_ptr_t request, Nanos deadline,
+                   const std::string& what);
+
+}  // namespace strata::dataplane::internal

@@ -1,0 +1,48 @@
+#include "http_endpoint.h"
+
+#include <httplib.h>
+
+#include <charconv>
+
+namespace strata {
+
+Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
+    const std::string& listen, std::function<std::string()> render_metrics,
+    std::function<bool()> healthy) {
+  const size_t colon = listen.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    auto [p, ec] = std::from_chars(listen.data() + colon + 1, listen.data() + listen.size(), port);
+    if (ec != std::errc() || p != listen.data() + listen.size()) port = -1;
+  }
+  if (colon == std::string::npos || port < 0 || port > 65535) {
+    return InvalidArgument("http_listen must be host:port, got '" + listen + "'");
+  }
+  const std::string host = listen.substr(0, colon);
+  std::unique_ptr<HttpEndpoint> ep(new HttpEndpoint());
+  ep->server_ = std::make_unique<httplib::Server>();
+  ep->server_->Get("/metrics", [render = std::move(render_metrics)](const httplib::Request&,
+                                                                    httplib::Response& res) {
+    res.set_content(render(), "text/plain; version=0.0.4");
+  });
+  ep->server_->Get("/healthz",
+                   [healthy = std::move(healthy)](const httplib::Request&, httplib::Response& res) {
+                     const bool ok = healthy();
+                     res.status = ok ? 200 : 503;
+                     res.set_content(ok ? "ok\n" : "draining\n", "text/plain");
+                   });
+  ep->port_ = port == 0 ? ep->server_->bind_to_any_port(host)
+                        : (ep->server_->bind_to_port(host, port) ? port : -1);
+  if (ep->port_ <= 0) return Unavailable("cannot listen for HTTP on " + listen);
+  ep->thread_ = std::thread([server = ep->server_.get()] { server->listen_after_bind(); });
+  return ep;
+}
+
+HttpEndpoint::~HttpEndpoint() { Stop(); }
+
+void HttpEndpoint::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace strata

@@ -1,0 +1,230 @@
+#include "strata/node.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "file_util.h"
+#include "http_endpoint.h"
+#include "node_service.h"
+#include "strata/data_plane.h"
+
+namespace strata {
+namespace {
+
+// gRPC's own limit on a request; the store's limits (keys per call) are far
+// below it, so this only stops abuse before a message is even parsed.
+constexpr int kMaxRequestBytes = 4 << 20;
+
+Result<dataplane::Mode> ParseMode(const std::string& mode) {
+  if (mode == "auto") return dataplane::Mode::kAuto;
+  if (mode == "rma") return dataplane::Mode::kRma;
+  if (mode == "am") return dataplane::Mode::kActiveMessage;
+  return InvalidArgument("data_plane_mode must be auto, rma or am");
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+struct Node::Impl {
+  NodeConfig config;
+  NodeState state;
+  std::unique_ptr<dataplane::DataPlaneServer> data_plane;
+  std::unique_ptr<CacheStoreService> store_service;
+  std::unique_ptr<AdminService> admin_service;
+  std::unique_ptr<grpc::Server> server;
+  int grpc_port = 0;
+  std::unique_ptr<HttpEndpoint> http;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool shutting_down = false;
+  bool shut_down = false;
+};
+
+Node::Node(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
+  STRATA_RETURN_IF_ERROR(ValidateNodeConfig(config));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  NodeState& st = impl->state;
+  std::random_device rd;
+  st.instance_id = (uint64_t{rd()} << 32) ^ rd();
+  st.default_read_lease_ttl = config.read_lease_ttl;
+
+  Result<TokenTable> tokens = TokenTable::Load(config.tokens_file);
+  if (!tokens.ok()) return tokens.status();
+  st.tokens = std::move(tokens).value();
+
+  // Data plane first: unless only active messages are served, UCX allocates
+  // the arena itself (a shared-memory segment when shm transports are on),
+  // so clients on this host read it with real RMA; UCX 1.13 only emulates
+  // RMA over shared memory for memory it did not allocate. Either way the
+  // arena is registered once, here.
+  Result<dataplane::Mode> mode = ParseMode(config.data_plane_mode);
+  if (!mode.ok()) return mode.status();
+  st.data_plane_mode = config.data_plane_mode;
+  st.rdma_devices = dataplane::DiscoverRdmaDevices();
+  dataplane::Access access;
+  NodeState* state = &st;
+  access.authorize_read = [state](uint64_t session, uint64_t lease, uint64_t offset,
+                                  uint64_t length) {
+    return state->AuthorizeTransfer(session, lease, offset, length, /*write=*/false);
+  };
+  access.authorize_write = [state](uint64_t session, uint64_t lease, uint64_t offset,
+                                   uint64_t length) {
+    return state->AuthorizeTransfer(session, lease, offset, length, /*write=*/true);
+  };
+  access.on_write_done = [](uint64_t, uint64_t, uint64_t, uint64_t) {};
+  dataplane::ServerOptions dp_options;
+  dp_options.mode = *mode;
+  std::span<std::byte> region;
+  if (*mode != dataplane::Mode::kActiveMessage) {
+    auto dp = dataplane::DataPlaneServer::StartWithOwnRegion(config.dram_bytes, access, dp_options);
+    if (!dp.ok()) return Unavailable("data plane: " + dp.status().message());
+    impl->data_plane = std::move(dp).value();
+    region = impl->data_plane->region();
+  }
+
+  CacheStoreOptions opts;
+  opts.dram.capacity_bytes = config.dram_bytes;
+  opts.dram.external_region = region;
+  opts.high_watermark = config.high_watermark;
+  opts.low_watermark = config.low_watermark;
+  opts.global_kv_ttl = config.global_kv_ttl;
+  opts.swa_ttl = config.swa_ttl;
+  opts.default_read_lease_ttl = config.read_lease_ttl;
+  opts.default_write_lease_ttl = config.write_lease_ttl;
+  opts.eviction_policy = config.eviction_policy;
+  Result<std::unique_ptr<CacheStore>> store = CacheStore::Open(std::move(opts));
+  if (!store.ok()) return store.status();
+  st.SetStore(std::move(store).value());
+  st.metrics = &st.store->metrics();
+  if (impl->data_plane == nullptr) {
+    // Active messages only: the arena is the store's own mapping.
+    auto dp = dataplane::DataPlaneServer::Start(st.store->ArenaRegion(), access, dp_options);
+    if (!dp.ok()) return Unavailable("data plane: " + dp.status().message());
+    impl->data_plane = std::move(dp).value();
+  }
+  st.data_plane = impl->data_plane.get();
+
+  // Control plane.
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!config.tls_cert_file.empty()) {
+    Result<std::string> cert = ReadFileToString(config.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    Result<std::string> key = ReadFileToString(config.tls_key_file);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  impl->store_service = std::make_unique<CacheStoreService>(st);
+  impl->admin_service = std::make_unique<AdminService>(st);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, creds, &impl->grpc_port);
+  builder.RegisterService(impl->store_service.get());
+  builder.RegisterService(impl->admin_service.get());
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->grpc_port == 0) {
+    return Unavailable("cannot listen on " + config.listen + " (in use, or a bad address?)");
+  }
+  st.node_id =
+      config.node_id.empty() ? HostName() + ":" + std::to_string(impl->grpc_port) : config.node_id;
+
+  if (!config.http_listen.empty()) {
+    NodeState* s = &st;
+    Result<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
+        config.http_listen, [s] { return s->metrics->RenderPrometheus(); },
+        [s] { return !s->draining.load(); });
+    if (!http.ok()) {
+      impl->server->Shutdown();
+      return http.status();
+    }
+    impl->http = std::move(http).value();
+  }
+  spdlog::info(
+      "event=node_started node_id={} grpc_port={} http_port={} dram_bytes={} tokens={} "
+      "data_plane_mode={} rdma_devices={} tls={}",
+      st.node_id, impl->grpc_port, impl->http ? impl->http->port() : 0, config.dram_bytes,
+      st.tokens.size(), config.data_plane_mode, st.rdma_devices.size(),
+      !config.tls_cert_file.empty());
+  return std::unique_ptr<Node>(new Node(std::move(impl)));
+}
+
+Node::~Node() {
+  Shutdown();
+  // The store goes first (it ends every lease and reservation): the arena
+  // may be the data plane's memory. A data-plane callback in flight keeps
+  // its own reference until it returns.
+  impl_->state.SetStore(nullptr);
+  impl_->state.data_plane = nullptr;
+  impl_->data_plane.reset();
+}
+
+void Node::Shutdown() {
+  Impl& n = *impl_;
+  {
+    std::unique_lock lock(n.mu);
+    if (n.shutting_down) {
+      n.cv.wait(lock, [&] { return n.shut_down; });
+      return;
+    }
+    n.shutting_down = true;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  spdlog::info("event=node_stopping node_id={} grace_ms={}", n.state.node_id,
+               n.config.shutdown_grace / kNanosPerMilli);
+  n.state.draining.store(true);
+  // Stop accepting calls; in-flight ones get the grace period, then are
+  // cancelled.
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::nanoseconds(n.config.shutdown_grace);
+  n.server->Shutdown(deadline);
+  if (n.data_plane != nullptr) {
+    const Nanos dp_deadline = SteadyClock().Now() + n.config.shutdown_grace;
+    if (Status st = n.data_plane->Drain(dp_deadline); !st.ok()) {
+      spdlog::warn("event=data_plane_drain_incomplete error=\"{}\"", st.ToString());
+    }
+  }
+  if (n.http != nullptr) n.http->Stop();
+  const StoreStats stats = n.state.store->Stats();
+  spdlog::info(
+      "event=node_stopped node_id={} released_read_leases={} released_write_leases={} "
+      "elapsed_ms={}",
+      n.state.node_id, stats.read_leases, stats.write_leases,
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                            started)
+          .count());
+  {
+    std::lock_guard lock(n.mu);
+    n.shut_down = true;
+  }
+  n.cv.notify_all();
+}
+
+void Node::Wait() {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return impl_->shut_down; });
+}
+
+const std::string& Node::node_id() const { return impl_->state.node_id; }
+int Node::grpc_port() const { return impl_->grpc_port; }
+int Node::http_port() const { return impl_->http ? impl_->http->port() : 0; }
+CacheStore& Node::store() { return *impl_->state.store; }
+
+}  // namespace strata

@@ -1,0 +1,175 @@
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "strata/node.h"
+
+namespace strata {
+namespace {
+
+Result<uint64_t> ParseBytes(const std::string& text) {
+  // "64GiB", "512MiB", "1048576".
+  static const std::map<std::string, uint64_t> kUnits = {{"", 1},
+                                                         {"B", 1},
+                                                         {"KiB", 1ull << 10},
+                                                         {"MiB", 1ull << 20},
+                                                         {"GiB", 1ull << 30},
+                                                         {"TiB", 1ull << 40}};
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || p == text.data()) return InvalidArgument("not a size: '" + text + "'");
+  auto unit = kUnits.find(std::string(p, end));
+  if (unit == kUnits.end()) {
+    return InvalidArgument("unknown size unit in '" + text + "' (use B, KiB, MiB, GiB, TiB)");
+  }
+  if (value > UINT64_MAX / unit->second) return InvalidArgument("size too large: '" + text + "'");
+  return value * unit->second;
+}
+
+Result<Nanos> ParseDuration(const std::string& text) {
+  // "250ms", "10s", "5m", "72h".
+  static const std::map<std::string, Nanos> kUnits = {
+      {"ms", kNanosPerMilli}, {"s", kNanosPerSecond}, {"m", Minutes(1)}, {"h", Hours(1)}};
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, value);
+  auto unit = kUnits.find(std::string(p, end));
+  if (ec != std::errc() || p == text.data() || unit == kUnits.end()) {
+    return InvalidArgument("not a duration: '" + text + "' (use e.g. 250ms, 10s, 5m, 72h)");
+  }
+  if (value > static_cast<uint64_t>(Hours(24 * 365 * 10) / unit->second)) {
+    return InvalidArgument("duration too long: '" + text + "'");
+  }
+  return static_cast<Nanos>(value) * unit->second;
+}
+
+Result<double> ParseFraction(const std::string& text) {
+  double v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || !(v > 0 && v <= 1)) {
+    return InvalidArgument("not a fraction in (0, 1]: '" + text + "'");
+  }
+  return v;
+}
+
+using Setter = std::function<Status(NodeConfig*, const std::string&)>;
+
+template <typename T, typename Parse>
+Setter Field(T NodeConfig::*member, Parse parse) {
+  return [member, parse](NodeConfig* c, const std::string& v) -> Status {
+    auto parsed = parse(v);
+    if (!parsed.ok()) return parsed.status();
+    c->*member = *parsed;
+    return Status::Ok();
+  };
+}
+
+Setter Text(std::string NodeConfig::*member) {
+  return [member](NodeConfig* c, const std::string& v) {
+    c->*member = v;
+    return Status::Ok();
+  };
+}
+
+// Every key a config may hold, YAML and --set alike.
+const std::map<std::string, Setter>& Setters() {
+  static const std::map<std::string, Setter> kSetters = {
+      {"node_id", Text(&NodeConfig::node_id)},
+      {"listen", Text(&NodeConfig::listen)},
+      {"http_listen", Text(&NodeConfig::http_listen)},
+      {"dram_bytes", Field(&NodeConfig::dram_bytes, ParseBytes)},
+      {"high_watermark", Field(&NodeConfig::high_watermark, ParseFraction)},
+      {"low_watermark", Field(&NodeConfig::low_watermark, ParseFraction)},
+      {"global_kv_ttl", Field(&NodeConfig::global_kv_ttl, ParseDuration)},
+      {"swa_ttl", Field(&NodeConfig::swa_ttl, ParseDuration)},
+      {"read_lease_ttl", Field(&NodeConfig::read_lease_ttl, ParseDuration)},
+      {"write_lease_ttl", Field(&NodeConfig::write_lease_ttl, ParseDuration)},
+      {"eviction_policy", Text(&NodeConfig::eviction_policy)},
+      {"tokens_file", Text(&NodeConfig::tokens_file)},
+      {"tls_cert_file", Text(&NodeConfig::tls_cert_file)},
+      {"tls_key_file", Text(&NodeConfig::tls_key_file)},
+      {"data_plane_mode", Text(&NodeConfig::data_plane_mode)},
+      {"shutdown_grace", Field(&NodeConfig::shutdown_grace, ParseDuration)},
+      {"log_format", Text(&NodeConfig::log_format)},
+      {"log_level", Text(&NodeConfig::log_level)},
+  };
+  return kSetters;
+}
+
+Status Set(NodeConfig* config, const std::string& key, const std::string& value) {
+  auto it = Setters().find(key);
+  if (it == Setters().end()) return InvalidArgument("unknown config key '" + key + "'");
+  Status st = it->second(config, value);
+  if (!st.ok()) return InvalidArgument(key + ": " + st.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<NodeConfig> LoadNodeConfig(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {  // yaml-cpp reports by exception; stop it here
+    return InvalidArgument("config " + path + ": " + e.what());
+  }
+  NodeConfig config;
+  if (root.IsNull()) return config;
+  if (!root.IsMap()) return InvalidArgument("config " + path + ": expected a mapping of keys");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>("");
+    if (!kv.second.IsScalar()) {
+      return InvalidArgument(fmt::format("config {}: '{}' must be a single value", path, key));
+    }
+    Status st = Set(&config, key, kv.second.Scalar());
+    if (!st.ok()) return InvalidArgument("config " + path + ": " + st.message());
+  }
+  // Files named in a config are relative to the config's own directory.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (std::string* file : {&config.tokens_file, &config.tls_cert_file, &config.tls_key_file}) {
+    if (!file->empty() && std::filesystem::path(*file).is_relative()) {
+      *file = (dir / *file).lexically_normal().string();
+    }
+  }
+  return config;
+}
+
+Status ApplyNodeConfigOverride(NodeConfig* config, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgument("override must be key=value, got '" + assignment + "'");
+  }
+  return Set(config, assignment.substr(0, eq), assignment.substr(eq + 1));
+}
+
+Status ValidateNodeConfig(const NodeConfig& c) {
+  if (c.listen.empty()) return InvalidArgument("listen must name host:port");
+  if (c.tokens_file.empty()) {
+    return InvalidArgument("tokens_file is required: a node never serves unauthenticated callers");
+  }
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return InvalidArgument("tls_cert_file and tls_key_file go together");
+  }
+  if (c.low_watermark >= c.high_watermark) {
+    return InvalidArgument("low_watermark must be below high_watermark");
+  }
+  if (c.data_plane_mode != "auto" && c.data_plane_mode != "rma" && c.data_plane_mode != "am") {
+    return InvalidArgument("data_plane_mode must be auto, rma or am");
+  }
+  if (c.log_format != "text" && c.log_format != "json") {
+    return InvalidArgument("log_format must be text or json");
+  }
+  if (c.read_lease_ttl <= 0 || c.read_lease_ttl > kMaxLeaseTtl || c.write_lease_ttl <= 0 ||
+      c.write_lease_ttl > kMaxLeaseTtl) {
+    return InvalidArgument("lease TTLs must be in (0, 10m]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata

@@ -1,0 +1,396 @@
+#include "node_service.h"
+
+#include <chrono>
+#include <random>
+
+#include "grpc_status.h"
+#include "strata/data_plane.h"
+#include "strata/wire.h"
+
+namespace strata {
+namespace {
+
+// Limits not covered by wire.h's decoders (documented in cache.proto).
+constexpr uint32_t kDefaultPageSize = 100;
+constexpr uint32_t kMaxPinTtlS = 30 * 24 * 3600;
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs one handler: authenticate, act, count. `fn(principal)` returns the
+// call's Status.
+template <typename Fn>
+grpc::Status Serve(NodeState& s, const char* method, const grpc::ServerContext& ctx, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<Principal> principal = s.Authenticate(ctx);
+  const Status st = principal.ok() ? fn(*principal) : principal.status();
+  s.CountRpc(method, st, Since(start));
+  return ToGrpc(st);
+}
+
+// The store contract is per tenant: the operator token has no data of its own.
+Status DataCaller(const Principal& p) {
+  if (p.ns == kOperatorNamespace) {
+    return PermissionDenied("operator tokens are for admin calls; use a namespace token");
+  }
+  return Status::Ok();
+}
+
+// The principal an admin call acts as: the caller's own namespace, or, for
+// an operator token, the one the request names.
+Result<Principal> AdminTarget(const Principal& caller, const std::string& requested) {
+  if (caller.role != Role::kAdmin) return PermissionDenied("admin calls need the admin role");
+  if (caller.ns == kOperatorNamespace) {
+    if (requested.empty()) return InvalidArgument("operator tokens must name a namespace");
+    if (Status st = ValidateNamespace(requested); !st.ok()) return st;
+    return Principal{requested, Role::kAdmin};
+  }
+  if (!requested.empty() && requested != caller.ns) {
+    return PermissionDenied("token of namespace '" + caller.ns + "' may not act on namespace '" +
+                            requested + "'");
+  }
+  return caller;
+}
+
+uint32_t TtlMs(Nanos ttl) { return static_cast<uint32_t>(ttl / kNanosPerMilli); }
+
+}  // namespace
+
+// ---- sessions -----------------------------------------------------------------
+
+uint64_t SessionTable::Open(const Principal& principal) {
+  // Unguessable: with a guessed session id and a (sequential) lease id one
+  // could otherwise read another tenant's leased bytes.
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
+  std::lock_guard lock(mu_);
+  if (sessions_.emplace(id, principal).second) order_.push_back(id);
+  while (order_.size() > capacity_) {
+    sessions_.erase(order_.front());
+    order_.pop_front();
+  }
+  return id;
+}
+
+std::optional<Principal> SessionTable::Find(uint64_t session) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t SessionTable::size() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+// ---- shared state -------------------------------------------------------------
+
+Result<Principal> NodeState::Authenticate(const grpc::ServerContext& ctx) const {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return Unauthenticated("missing 'authorization: Bearer' credentials");
+  return tokens.Authenticate(std::string_view(it->second.data(), it->second.size()));
+}
+
+Status NodeState::AuthorizeTransfer(uint64_t session, uint64_t lease, uint64_t offset,
+                                    uint64_t length, bool write) const {
+  std::optional<Principal> p = sessions.Find(session);
+  if (!p.has_value()) return Unauthenticated("unknown data-plane session; say Hello again");
+  if (write && draining.load()) return Unavailable("node is draining");
+  const std::shared_ptr<CacheStore> s = StoreRef();
+  if (s == nullptr) return Unavailable("node is stopping");
+  return s->CheckLeaseCovers(*p, lease, offset, length, write);
+}
+
+void NodeState::CountRpc(const char* method, const Status& status, double seconds) {
+  metrics
+      ->GetCounter("strata_node_rpc_total", "Control-plane calls by method and result code",
+                   {{"method", method}, {"code", std::string(StatusCodeName(status.code()))}})
+      ->Increment();
+  metrics
+      ->GetHistogram("strata_node_rpc_seconds", "Control-plane call latency",
+                     MetricsRegistry::ExponentialBuckets(1e-5, 2, 20), {{"method", method}})
+      ->Observe(seconds);
+}
+
+// ---- the store contract -------------------------------------------------------
+
+grpc::Status CacheStoreService::Hello(grpc::ServerContext* ctx, const v1::HelloRequest*,
+                                      v1::HelloResponse* resp) {
+  return Serve(s_, "Hello", *ctx, [&](const Principal& p) -> Status {
+    STRATA_RETURN_IF_ERROR(DataCaller(p));
+    resp->set_node_id(s_.node_id);
+    resp->set_namespace_(p.ns);
+    resp->set_instance_id(s_.instance_id);
+    resp->set_session_id(s_.sessions.Open(p));
+    resp->set_region_bytes(s_.store->ArenaRegion().size());
+    resp->set_data_plane_mode(s_.data_plane_mode);
+    if (s_.data_plane != nullptr) {
+      resp->set_ucx_worker_address(s_.data_plane->worker_address());
+      resp->set_ucx_rkey(s_.data_plane->packed_rkey());
+      resp->set_region_base(s_.data_plane->region_base());
+      resp->set_host_id(s_.data_plane->host_id());
+    }
+    for (const std::string& d : s_.rdma_devices) resp->add_rdma_devices(d);
+    return Status::Ok();
+  });
+}
+
+grpc::Status CacheStoreService::Match(grpc::ServerContext* ctx, const v1::MatchRequest* req,
+                                      v1::MatchResponse* resp) {
+  return Serve(s_, "Match", *ctx, [&](const Principal& p) -> Status {
+    STRATA_RETURN_IF_ERROR(DataCaller(p));
+    wire::DecodedMatch decoded;
+    STRATA_RETURN_IF_ERROR(wire::DecodeMatchRequest(*req, &decoded));
+    Result<MatchResult> result = s_.store->MatchKeys(p, decoded.request);
+    if (!result.ok()) return result.status();
+    *resp = wire::EncodeMatchResult(*result);
+    resp->set_instance_id(s_.instance_id);
+    if (result->lease != 0) {
+      resp->set_lease_ttl_ms(TtlMs(result->lease_expiry - s_.store->clock().Now()));
+    }
+    return Status::Ok();
+  });
+}
+
+grpc::Status CacheStoreService::RenewLease(grpc::ServerContext* ctx,
+                                           const v1::RenewLeaseRequest* req,
+                                           v1::RenewLeaseResponse* resp) {
+  return Serve(s_, "RenewLease", *ctx, [&](const Principal& p) -> Status {
+    STRATA_RETURN_IF_ERROR(DataCaller(p));
+    const Nanos ttl = Nanos{req->ttl_ms()} * kNanosPerMilli;
+    if (ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl above 600000 ms");
+    STRATA_RETURN_IF_ERROR(s_.store->RenewLease(p, req->lease_id(), ttl));
+    resp->set_ttl_ms(TtlMs(ttl > 0 ? ttl : s_.default_read_lease_ttl));
+    return Status::Ok();
+  });
+}
+
+grpc::Status CacheStoreService::Abort(grpc::ServerContext* ctx, const v1::AbortRequest* req,
+                                      v1::AbortResponse*) {
+  return Serve(s_, "Abort", *ctx, [&](const Principal& p) -> Status {
+    STRATA_RETURN_IF_ERROR(DataCaller(p));
+    return s_.store->Abort(p, req->lease_id());
+  });
+}
+
+grpc::Status CacheStoreService::Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
+                                        v1::ReserveResponse* resp) {
+  return Serve(s_, "Reserve", *ctx, [&](const Principal& p) -> Status {
+    STRATA_RETURN_IF_ERROR(DataCaller(p));
+    if (s_.draining.load()) return Unavailable("node " + s_.node_id + " is draining");
+    ModelId model;
+    std::vector<CommitBlock> blocks;
+    Nanos ttl = 0;
+    STRATA_RETURN_IF_ERROR(wire::DecodeReserveRequest(*req, &model, &blocks, &ttl));
+    Result<Reservation> r = s_.store->Reserve(p, model, blocks, ttl);
+    if (!r.ok()) return r.status();
+    const std::byte* base = s_.store->ArenaRegion().data();
+    resp->set_write_lease_id(r->write_lease);
+    resp->set_instance_id(s_.instance_id);
+    if (r->write_lease != 0) resp->set_ttl_ms(TtlMs(r->expiry - s_.store->clock().Now()));
+    for (const ReservedBlock& b : r->blocks) {
+      v1::ReservedBlock* o = resp->add_blocks();
+      switch (b.state) {
+        case ReserveState::kReserved:
+          o->set_state(v1::RESERVED);
+          o->set_location(static_cast<uint64_t>(b.buffer.data() - base));
+          break;
+        case ReserveState::kAlreadyPresent:
+          o->set_state(v1::ALREADY_PRESENT);
+          break;
+        case ReserveState::kInFlight:
+          o->set_state(v1::IN_FLIGHT);
+          break;
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+grpc::Status CacheStoreService::Publish(grpc::ServerContext* ctx, const v1::PublishRequest* req,
+                                        v1::PublishResponse* resp) {
+  return Serve(s_, "Publish", *ctx, [&](const Principal& p) -> Status {
+    STRATA_RETURN_IF_ERROR(DataCaller(p));
+    if (req->checksums_size() > static_cast<int>(kMaxBlocksPerCall)) {
+      return InvalidArgument("publish of more than " + std::to_string(kMaxBlocksPerCall) +
+                             " checksums");
+    }
+    const std::vector<uint64_t> checksums(req->checksums().begin(), req->checksums().end());
+    Result<PublishResult> r = s_.store->Publish(p, req->write_lease_id(), checksums);
+    if (!r.ok()) return r.status();
+    *resp = wire::EncodePublishResult(*r);
+    return Status::Ok();
+  });
+}
+
+grpc::Status CacheStoreService::Stats(grpc::ServerContext* ctx, const v1::StatsRequest*,
+                                      v1::StatsResponse* resp) {
+  return Serve(s_, "Stats", *ctx, [&](const Principal& p) -> Status {
+    const StoreStats st = s_.store->Stats();
+    resp->set_node_id(s_.node_id);
+    resp->set_capacity_bytes(st.capacity_bytes);
+    resp->set_used_bytes(st.used_bytes);
+    resp->set_payload_bytes(st.payload_bytes);
+    resp->set_global_kv_entries(st.global_kv_entries);
+    resp->set_swa_entries(st.swa_entries);
+    resp->set_reserved_entries(st.reserved_entries);
+    resp->set_read_leases(st.read_leases);
+    resp->set_write_leases(st.write_leases);
+    for (size_t i = 0; i < st.evictions.size(); ++i) {
+      (*resp->mutable_evictions())[std::string(EvictReasonName(static_cast<EvictReason>(i)))] =
+          st.evictions[i];
+    }
+    for (const std::string& d : s_.rdma_devices) resp->add_rdma_devices(d);
+    resp->set_draining(s_.draining.load());
+    if (s_.data_plane != nullptr) {
+      const auto dp = s_.data_plane->stats();
+      resp->set_data_plane_bytes_sent(dp.bytes_sent);
+      resp->set_data_plane_bytes_received(dp.bytes_received);
+      for (const std::string& t : dp.transports) resp->add_data_plane_transports(t);
+    }
+    if (p.ns == kOperatorNamespace) {
+      for (const std::string& ns : s_.store->Namespaces()) resp->add_namespaces(ns);
+    }
+    return Status::Ok();
+  });
+}
+
+// ---- admin --------------------------------------------------------------------
+
+grpc::Status AdminService::Inspect(grpc::ServerContext* ctx, const v1::InspectRequest* req,
+                                   v1::EntryInfo* resp) {
+  return Serve(s_, "Inspect", *ctx, [&](const Principal& caller) -> Status {
+    Result<Principal> p = AdminTarget(caller, req->namespace_());
+    if (!p.ok()) return p.status();
+    EntryCursor ref;
+    STRATA_RETURN_IF_ERROR(wire::DecodeEntryRef(req->entry(), &ref));
+    Result<EntryInfo> info = s_.store->Inspect(*p, ref.key, ref.kind);
+    if (!info.ok()) return info.status();
+    *resp = wire::EncodeEntryInfo(*info, s_.store->clock().Now());
+    return Status::Ok();
+  });
+}
+
+grpc::Status AdminService::Pin(grpc::ServerContext* ctx, const v1::PinRequest* req,
+                               v1::PinResponse*) {
+  return Serve(s_, "Pin", *ctx, [&](const Principal& caller) -> Status {
+    Result<Principal> p = AdminTarget(caller, req->namespace_());
+    if (!p.ok()) return p.status();
+    EntryCursor ref;
+    STRATA_RETURN_IF_ERROR(wire::DecodeEntryRef(req->entry(), &ref));
+    if (req->ttl_s() > kMaxPinTtlS) return InvalidArgument("pin ttl above 30 days");
+    if (req->ttl_s() == 0) return s_.store->Unpin(*p, ref.key, ref.kind);
+    return s_.store->Pin(*p, ref.key, ref.kind, Seconds(req->ttl_s()));
+  });
+}
+
+grpc::Status AdminService::Delete(grpc::ServerContext* ctx, const v1::DeleteRequest* req,
+                                  v1::DeleteResponse* resp) {
+  return Serve(s_, "Delete", *ctx, [&](const Principal& caller) -> Status {
+    Result<Principal> p = AdminTarget(caller, req->namespace_());
+    if (!p.ok()) return p.status();
+    EvictRequest evict;
+    evict.root.emplace();
+    STRATA_RETURN_IF_ERROR(wire::DecodeEntryRef(req->entry(), &*evict.root));
+    evict.max_listed = 0;
+    Result<EvictReport> r = s_.store->Evict(*p, evict);
+    if (!r.ok()) return r.status();
+    resp->set_deleted(r->evicted + r->deferred);
+    return Status::Ok();
+  });
+}
+
+grpc::Status AdminService::ListEntries(grpc::ServerContext* ctx, const v1::ListEntriesRequest* req,
+                                       v1::ListEntriesResponse* resp) {
+  return Serve(s_, "ListEntries", *ctx, [&](const Principal& caller) -> Status {
+    wire::DecodedFilter filter;
+    STRATA_RETURN_IF_ERROR(wire::DecodeEntryFilter(req->filter(), &filter));
+    Result<Principal> p = AdminTarget(caller, filter.ns);
+    if (!p.ok()) return p.status();
+    Result<std::optional<EntryCursor>> after = wire::DecodePageToken(req->page_token());
+    if (!after.ok()) return after.status();
+    const uint32_t limit = req->page_size() == 0 ? kDefaultPageSize : req->page_size();
+    Result<EntryPage> page = s_.store->ListEntries(*p, filter.filter, *after, limit);
+    if (!page.ok()) return page.status();
+    const Nanos now = s_.store->clock().Now();
+    for (const EntryInfo& e : page->entries) *resp->add_entries() = wire::EncodeEntryInfo(e, now);
+    if (page->next.has_value()) resp->set_next_page_token(wire::EncodePageToken(*page->next));
+    return Status::Ok();
+  });
+}
+
+grpc::Status AdminService::Evict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
+                                 v1::EvictResponse* resp) {
+  return Serve(s_, "Evict", *ctx, [&](const Principal& caller) -> Status {
+    EvictRequest evict;
+    evict.dry_run = req->dry_run();
+    if (req->max_listed() > kMaxBlocksPerCall) {
+      return InvalidArgument("max_listed above " + std::to_string(kMaxBlocksPerCall));
+    }
+    evict.max_listed = req->max_listed() == 0 ? kDefaultPageSize : req->max_listed();
+    std::string ns = req->namespace_();
+    switch (req->target_case()) {
+      case v1::EvictRequest::kEntry:
+        evict.root.emplace();
+        STRATA_RETURN_IF_ERROR(wire::DecodeEntryRef(req->entry(), &*evict.root));
+        break;
+      case v1::EvictRequest::kPrefix: {
+        const auto& keys = req->prefix().keys();
+        if (keys.empty() || keys.size() > static_cast<int>(kMaxBlocksPerCall)) {
+          return InvalidArgument("a prompt prefix needs 1.." + std::to_string(kMaxBlocksPerCall) +
+                                 " keys");
+        }
+        // Everything extending the prefix hangs below its last block.
+        evict.root.emplace();
+        v1::EntryRef last = wire::EncodeEntryRef({}, StateKind::kGlobalKv);
+        last.set_key(keys[keys.size() - 1]);
+        STRATA_RETURN_IF_ERROR(wire::DecodeEntryRef(last, &*evict.root));
+        break;
+      }
+      case v1::EvictRequest::kFilter: {
+        wire::DecodedFilter filter;
+        STRATA_RETURN_IF_ERROR(wire::DecodeEntryFilter(req->filter(), &filter));
+        if (!filter.ns.empty() && !ns.empty() && filter.ns != ns) {
+          return InvalidArgument("two different namespaces in one request");
+        }
+        if (!filter.ns.empty()) ns = filter.ns;
+        evict.filter = filter.filter;
+        break;
+      }
+      default:
+        return InvalidArgument("evict needs an entry, a prompt prefix or a filter");
+    }
+    Result<Principal> p = AdminTarget(caller, ns);
+    if (!p.ok()) return p.status();
+    Result<EvictReport> r = s_.store->Evict(*p, evict);
+    if (!r.ok()) return r.status();
+    resp->set_evicted(r->evicted);
+    resp->set_deferred(r->deferred);
+    resp->set_skipped_pinned(r->skipped_pinned);
+    resp->set_bytes(r->bytes);
+    const Nanos now = s_.store->clock().Now();
+    for (const EntryInfo& e : r->entries) *resp->add_entries() = wire::EncodeEntryInfo(e, now);
+    return Status::Ok();
+  });
+}
+
+grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainRequest*,
+                                 v1::DrainResponse* resp) {
+  return Serve(s_, "Drain", *ctx, [&](const Principal& caller) -> Status {
+    // Draining affects every tenant: operator tokens only.
+    if (caller.ns != kOperatorNamespace) {
+      return PermissionDenied("drain needs an operator token (namespace '*')");
+    }
+    s_.draining.store(true);
+    const StoreStats st = s_.store->Stats();
+    resp->set_read_leases(st.read_leases);
+    resp->set_write_leases(st.write_leases);
+    return Status::Ok();
+  });
+}
+
+}  // namespace strata

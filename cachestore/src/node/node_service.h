@@ -1,0 +1,119 @@
+// The gRPC services of a node: the store contract (CacheStore) and the
+// operator's calls (Admin). Both authenticate every call from its bearer
+// token and act only within the token's namespace.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "strata/cache_store.h"
+#include "strata/metrics.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "token_auth.h"
+
+namespace strata {
+
+namespace dataplane {
+class DataPlaneServer;
+}
+
+// Data-plane sessions: which principal a session id handed out by Hello
+// stands for. Bounded: the oldest sessions are forgotten first (a client
+// whose session went away says Hello again).
+class SessionTable {
+ public:
+  explicit SessionTable(size_t capacity = 65536) : capacity_(capacity) {}
+  uint64_t Open(const Principal& principal);
+  std::optional<Principal> Find(uint64_t session) const;
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  size_t capacity_;
+  std::unordered_map<uint64_t, Principal> sessions_;
+  std::deque<uint64_t> order_;
+};
+
+// What the services share; owned by the Node.
+struct NodeState {
+  std::string node_id;
+  uint64_t instance_id = 0;  // random per process
+  Nanos default_read_lease_ttl = 0;
+  std::shared_ptr<CacheStore> store;
+  TokenTable tokens;
+  SessionTable sessions;
+  std::atomic<bool> draining{false};
+  dataplane::DataPlaneServer* data_plane = nullptr;  // set once at start
+  std::string data_plane_mode;
+  std::vector<std::string> rdma_devices;
+  MetricsRegistry* metrics = nullptr;
+
+  // Set once at start, cleared at the end; the data plane's thread reads
+  // it through StoreRef() so a callback in flight keeps the store alive.
+  void SetStore(std::shared_ptr<CacheStore> s) {
+    std::lock_guard lock(store_mu);
+    store = std::move(s);
+  }
+  std::shared_ptr<CacheStore> StoreRef() const {
+    std::lock_guard lock(store_mu);
+    return store;
+  }
+  mutable std::mutex store_mu;
+
+  Result<Principal> Authenticate(const grpc::ServerContext& context) const;
+  // Data-plane checks: the session's principal must own the lease, and the
+  // lease must hold the bytes.
+  Status AuthorizeTransfer(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length,
+                           bool write) const;
+  void CountRpc(const char* method, const Status& status, double seconds);
+};
+
+class CacheStoreService final : public v1::CacheStore::Service {
+ public:
+  explicit CacheStoreService(NodeState& state) : s_(state) {}
+  grpc::Status Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
+                     v1::HelloResponse* resp) override;
+  grpc::Status Match(grpc::ServerContext* ctx, const v1::MatchRequest* req,
+                     v1::MatchResponse* resp) override;
+  grpc::Status RenewLease(grpc::ServerContext* ctx, const v1::RenewLeaseRequest* req,
+                          v1::RenewLeaseResponse* resp) override;
+  grpc::Status Abort(grpc::ServerContext* ctx, const v1::AbortRequest* req,
+                     v1::AbortResponse* resp) override;
+  grpc::Status Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
+                       v1::ReserveResponse* resp) override;
+  grpc::Status Publish(grpc::ServerContext* ctx, const v1::PublishRequest* req,
+                       v1::PublishResponse* resp) override;
+  grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest* req,
+                     v1::StatsResponse* resp) override;
+
+ private:
+  NodeState& s_;
+};
+
+class AdminService final : public v1::Admin::Service {
+ public:
+  explicit AdminService(NodeState& state) : s_(state) {}
+  grpc::Status Inspect(grpc::ServerContext* ctx, const v1::InspectRequest* req,
+                       v1::EntryInfo* resp) override;
+  grpc::Status Pin(grpc::ServerContext* ctx, const v1::PinRequest* req,
+                   v1::PinResponse* resp) override;
+  grpc::Status Delete(grpc::ServerContext* ctx, const v1::DeleteRequest* req,
+                      v1::DeleteResponse* resp) override;
+  grpc::Status ListEntries(grpc::ServerContext* ctx, const v1::ListEntriesRequest* req,
+                           v1::ListEntriesResponse* resp) override;
+  grpc::Status Evict(grpc::ServerContext* ctx, const v1::EvictRequest* req,
+                     v1::EvictResponse* resp) override;
+  grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
+                     v1::DrainResponse* resp) override;
+
+ private:
+  NodeState& s_;
+};
+
+}  // namespace strata

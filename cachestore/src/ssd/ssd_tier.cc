@@ -1,0 +1,763 @@
+// SsdTier: see ssd_tier.h for the durability order.
+//
+// Locking: `mu` guards the in-memory index (records), the free space, the
+// pending-write set and counters. Disk I/O, fdatasync and RocksDB writes run
+// outside it. A record being read is pinned (readers > 0); a retired record's
+// extent is freed only once it has no readers and its index entry is durably
+// deleted, so an extent is never reused while the old index entry or a read
+// can still see it.
+#include "strata/ssd_tier.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ssd/ssd_index.h"
+#include "ssd/ssd_space.h"
+#include "ssd/uring_io.h"
+
+namespace strata {
+namespace {
+
+// Wall clock, so commit times and TTLs mean the same after a reboot.
+class WallClock final : public Clock {
+ public:
+  Nanos Now() const override {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+};
+
+const WallClock kWallClock;
+
+bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kSsdBlockBytes == 0; }
+
+std::string Errno(int err) { return std::strerror(err); }
+
+struct Record {
+  SsdEntryMeta meta;
+  uint32_t readers = 0;
+  bool retired = false;     // out of the in-memory index
+  bool index_gone = false;  // its index entry is durably deleted
+  bool freed = false;
+  Nanos persisted_access = 0;
+};
+using RecordPtr = std::shared_ptr<Record>;
+
+}  // namespace
+
+struct SsdTier::Impl {
+  struct Metrics {
+    Counter* bytes_written;
+    Counter* bytes_read;
+    Counter* write_failures;
+    Counter* checksum_failures;
+    Counter* evict_watermark;
+    Counter* evict_ttl;
+    Counter* evict_checksum;
+    Counter* evict_explicit;
+    Gauge* used_bytes;
+    Gauge* capacity_bytes;
+    Gauge* entries;
+    Gauge* writes_enabled;
+  };
+
+  SsdTierOptions opts;
+  const Clock* clock = nullptr;
+  std::unique_ptr<MetricsRegistry> owned_metrics;
+  Metrics m{};
+  std::unique_ptr<SsdIndex> index;
+  std::vector<int> fds;
+  std::vector<std::string> paths;
+
+  std::mutex rings_mu;
+  std::condition_variable rings_cv;
+  std::vector<std::unique_ptr<UringRing>> rings;
+  std::vector<UringRing*> idle_rings;
+
+  mutable std::mutex mu;
+  std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
+  std::unordered_set<std::string> pending;             // keys being written
+  std::vector<SsdSpace> space;                         // per file
+  uint32_t next_file = 0;
+  bool writes_enabled = true;
+  Nanos writes_retry_at = 0;
+  // RocksDB is not written again after a failed write: its error state is
+  // sticky, and it is reopened (recovered) with the tier.
+  std::atomic<bool> index_failed{false};
+  uint64_t bytes_written = 0, bytes_read = 0, write_failures = 0, checksum_failures = 0;
+  uint64_t evictions = 0, ttl_expired = 0;
+
+  ~Impl() {
+    for (int fd : fds) ::close(fd);
+  }
+
+  // ---- rings ----------------------------------------------------------------
+
+  UringRing* AcquireRing() {
+    std::unique_lock lock(rings_mu);
+    rings_cv.wait(lock, [&] { return !idle_rings.empty(); });
+    UringRing* r = idle_rings.back();
+    idle_rings.pop_back();
+    return r;
+  }
+  void ReleaseRing(UringRing* r) {
+    {
+      std::lock_guard lock(rings_mu);
+      idle_rings.push_back(r);
+    }
+    rings_cv.notify_one();
+  }
+
+  // ---- space (mu held) ------------------------------------------------------
+
+  uint64_t UsedLocked() const {
+    uint64_t used = 0;
+    for (const SsdSpace& s : space) used += s.used_bytes();
+    return used;
+  }
+
+  void PublishGaugesLocked() {
+    m.used_bytes->Set(static_cast<int64_t>(UsedLocked()));
+    m.entries->Set(static_cast<int64_t>(records.size()));
+  }
+
+  std::optional<std::pair<uint32_t, uint64_t>> AllocateLocked(uint64_t bytes) {
+    for (uint32_t i = 0; i < space.size(); ++i) {
+      const uint32_t f = (next_file + i) % static_cast<uint32_t>(space.size());
+      if (auto off = space[f].Allocate(bytes)) {
+        next_file = f + 1;
+        return std::make_pair(f, *off);
+      }
+    }
+    return std::nullopt;
+  }
+
+  void MaybeFreeLocked(Record& r) {
+    if (r.retired && r.index_gone && r.readers == 0 && !r.freed) {
+      space[r.meta.file].Free(r.meta.offset, r.meta.extent_bytes);
+      r.freed = true;
+    }
+  }
+
+  // Takes a record out of the in-memory index; its extent waits for the
+  // durable index delete (FinishRetire).
+  RecordPtr RetireLocked(const std::string& key) {
+    auto it = records.find(key);
+    if (it == records.end()) return nullptr;
+    RecordPtr r = it->second;
+    records.erase(it);
+    r->retired = true;
+    return r;
+  }
+
+  // Deletes retired records from the index durably, then frees what no
+  // reader holds.
+  void FinishRetire(const std::vector<std::string>& keys, const std::vector<RecordPtr>& recs) {
+    if (recs.empty()) return;
+    Status st = index_failed.load() ? Unavailable("the SSD index failed earlier")
+                                    : index->Apply({}, keys, /*sync=*/true);
+    std::lock_guard lock(mu);
+    if (!st.ok()) {
+      // The old entries may survive a crash; keep their extents out of reuse
+      // (restart rebuilds occupancy from the index anyway).
+      spdlog::error("ssd: deleting {} index entries failed: {}", keys.size(), st.ToString());
+    } else {
+      for (const RecordPtr& r : recs) {
+        r->index_gone = true;
+        MaybeFreeLocked(*r);
+      }
+    }
+    PublishGaugesLocked();
+  }
+
+  // Picks victims: expired entries (with `ttl`), then least recently used
+  // ones while above the low watermark or short of `incoming` bytes. Unread
+  // entries only. Scans the whole index, so a write only calls it when the
+  // incoming bytes would cross the high watermark.
+  void CollectVictimsLocked(Nanos now, uint64_t incoming, bool ttl, std::vector<std::string>* keys,
+                            std::vector<RecordPtr>* recs) {
+    const uint64_t cap = CapacityLocked();
+    const uint64_t high = static_cast<uint64_t>(opts.high_watermark * static_cast<double>(cap));
+    const uint64_t low = static_cast<uint64_t>(opts.low_watermark * static_cast<double>(cap));
+    if (!ttl && UsedLocked() + incoming <= high) return;
+    std::vector<std::pair<Nanos, const std::string*>> by_age;
+    for (const auto& [k, r] : records) {
+      if (ttl && r->meta.expiry <= now && r->readers == 0) {
+        keys->push_back(k);
+      } else if (r->readers == 0) {
+        by_age.emplace_back(r->meta.last_access, &k);
+      }
+    }
+    for (const std::string& k : *keys) recs->push_back(RetireLocked(k));
+    ttl_expired += keys->size();
+    m.evict_ttl->Increment(keys->size());
+    uint64_t used = UsedLocked();
+    for (const RecordPtr& r : *recs) used -= r->meta.extent_bytes;
+    if (used + incoming <= high) return;
+    std::sort(by_age.begin(), by_age.end());
+    size_t n = 0;
+    for (const auto& [age, key] : by_age) {
+      if (used + incoming <= low) break;
+      std::string k = *key;  // `key` points into the node RetireLocked erases
+      RecordPtr r = RetireLocked(k);
+      used -= r->meta.extent_bytes;
+      keys->push_back(std::move(k));
+      recs->push_back(std::move(r));
+      ++n;
+    }
+    evictions += n;
+    m.evict_watermark->Increment(n);
+  }
+
+  uint64_t CapacityLocked() const {
+    uint64_t cap = 0;
+    for (const SsdSpace& s : space) cap += s.capacity_bytes();
+    return cap;
+  }
+
+  uint64_t MakeRoom(uint64_t incoming, bool ttl) {
+    std::vector<std::string> keys;
+    std::vector<RecordPtr> recs;
+    {
+      std::lock_guard lock(mu);
+      CollectVictimsLocked(clock->Now(), incoming, ttl, &keys, &recs);
+    }
+    FinishRetire(keys, recs);
+    return recs.size();
+  }
+
+  void DisableWrites(const std::string& why) {
+    std::lock_guard lock(mu);
+    ++write_failures;
+    m.write_failures->Increment();
+    if (writes_enabled) {
+      spdlog::error("ssd: writes stopped for {} ms: {}", opts.write_retry_interval / kNanosPerMilli,
+                    why);
+    }
+    writes_enabled = false;
+    writes_retry_at = clock->Now() + opts.write_retry_interval;
+    m.writes_enabled->Set(0);
+  }
+
+  bool WritesAllowedLocked(Nanos now) {
+    if (!writes_enabled && now >= writes_retry_at && !index_failed.load()) {
+      writes_enabled = true;
+      m.writes_enabled->Set(1);
+      spdlog::info("ssd: retrying writes");
+    }
+    return writes_enabled;
+  }
+
+  void Drop(const std::string& key, const RecordPtr& expected, Counter* reason) {
+    std::vector<std::string> keys;
+    std::vector<RecordPtr> recs;
+    {
+      std::lock_guard lock(mu);
+      auto it = records.find(key);
+      if (it == records.end() || it->second != expected) return;
+      recs.push_back(RetireLocked(key));
+      keys.push_back(key);
+      reason->Increment();
+    }
+    FinishRetire(keys, recs);
+  }
+
+  // Splits one entry's I/O into ops: one direct op, or bounce-sized chunks.
+  void PlanOps(bool write, const SsdEntryMeta& meta, std::byte* direct, std::vector<IoOp>* ops,
+               std::vector<std::pair<size_t, uint64_t>>* owner, size_t entry) const {
+    if (direct != nullptr) {
+      ops->push_back(
+          {write, meta.file, meta.offset, static_cast<uint32_t>(meta.extent_bytes), direct, 0});
+      owner->emplace_back(entry, 0);
+      return;
+    }
+    const uint64_t chunk = rings.front()->buffer_bytes();
+    for (uint64_t off = 0; off < meta.extent_bytes; off += chunk) {
+      const uint64_t len = std::min(chunk, meta.extent_bytes - off);
+      ops->push_back({write, meta.file, meta.offset + off, static_cast<uint32_t>(len), nullptr, 0});
+      owner->emplace_back(entry, off);
+    }
+  }
+
+  Status SyncFiles(const std::vector<bool>& touched) const {
+    for (size_t f = 0; f < fds.size(); ++f) {
+      if (touched[f] && ::fdatasync(fds[f]) != 0) {
+        return Unavailable("fdatasync " + paths[f] + ": " + Errno(errno));
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdTier::~SsdTier() = default;
+
+Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
+  if (options.dir.empty()) return InvalidArgument("the SSD tier needs a directory");
+  if (options.data_files == 0 || options.data_files > 64) {
+    return InvalidArgument("data_files must be in 1..64");
+  }
+  const uint64_t per_file =
+      options.capacity_bytes / options.data_files / kSsdBlockBytes * kSsdBlockBytes;
+  if (per_file == 0)
+    return InvalidArgument("SSD capacity is smaller than one 4 KiB block per file");
+  if (options.queue_depth == 0 || options.queue_depth > 4096) {
+    return InvalidArgument("queue_depth must be in 1..4096");
+  }
+  if (options.rings == 0 || options.rings > 64) return InvalidArgument("rings must be in 1..64");
+  if (options.io_buffer_bytes == 0 || options.io_buffer_bytes % kSsdBlockBytes != 0 ||
+      options.io_buffer_bytes > (64u << 20)) {
+    return InvalidArgument("io_buffer_bytes must be a multiple of 4096, at most 64 MiB");
+  }
+  if (!(options.low_watermark > 0 && options.low_watermark <= options.high_watermark &&
+        options.high_watermark <= 1.0)) {
+    return InvalidArgument("SSD watermarks need 0 < low <= high <= 1");
+  }
+  if (options.ttl <= 0) return InvalidArgument("SSD TTL must be positive");
+
+  auto impl = std::make_unique<Impl>();
+  impl->opts = options;
+  impl->clock = options.clock != nullptr ? options.clock : &kWallClock;
+  MetricsRegistry* reg = options.metrics;
+  if (reg == nullptr) {
+    impl->owned_metrics = std::make_unique<MetricsRegistry>();
+    reg = impl->owned_metrics.get();
+  }
+  Impl::Metrics& m = impl->m;
+  const MetricLabels ssd{{"tier", "ssd"}};
+  auto evict = [&](const char* reason) {
+    return reg->GetCounter("strata_evictions_total", "Entries removed, by reason.",
+                           {{"tier", "ssd"}, {"reason", reason}});
+  };
+  m.bytes_written =
+      reg->GetCounter("strata_ssd_written_bytes_total", "Payload bytes written to SSD.");
+  m.bytes_read =
+      reg->GetCounter("strata_ssd_read_bytes_total", "Verified payload bytes read from SSD.");
+  m.write_failures = reg->GetCounter("strata_ssd_write_failures_total",
+                                     "SSD write batches failed by I/O errors or a full disk.");
+  m.checksum_failures = reg->GetCounter("strata_ssd_checksum_failures_total",
+                                        "SSD reads that failed verification (entry dropped).");
+  m.evict_watermark = evict("watermark");
+  m.evict_ttl = evict("ttl");
+  m.evict_checksum = evict("checksum");
+  m.evict_explicit = evict("explicit");
+  m.used_bytes = reg->GetGauge("strata_tier_used_bytes", "Bytes allocated in the tier.", ssd);
+  m.capacity_bytes = reg->GetGauge("strata_tier_capacity_bytes", "Tier capacity.", ssd);
+  m.entries = reg->GetGauge("strata_ssd_entries", "Entries indexed on the SSD tier.");
+  m.writes_enabled = reg->GetGauge("strata_ssd_writes_enabled", "1 unless SSD writes are stopped.");
+  m.writes_enabled->Set(1);
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return Unavailable("cannot create " + options.dir + ": " + ec.message());
+  for (uint32_t f = 0; f < options.data_files; ++f) {
+    const std::string path = options.dir + "/data-" + std::to_string(f) + ".bin";
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+    if (fd < 0) return Unavailable("open " + path + " with O_DIRECT: " + Errno(errno));
+    impl->fds.push_back(fd);
+    impl->paths.push_back(path);
+    // Sparse: space is used as extents are written, so a small file system
+    // shows up as ENOSPC on write, not as a failed open.
+    if (::ftruncate(fd, static_cast<off_t>(per_file)) != 0) {
+      return Unavailable("ftruncate " + path + ": " + Errno(errno));
+    }
+    impl->space.emplace_back(per_file);
+  }
+  for (uint32_t i = 0; i < options.rings; ++i) {
+    auto ring = UringRing::Create(impl->fds, options.queue_depth, options.io_buffer_bytes);
+    if (!ring.ok()) return ring.status();
+    impl->idle_rings.push_back(ring->get());
+    impl->rings.push_back(std::move(ring).value());
+  }
+  auto index =
+      SsdIndex::Open(options.index_dir.empty() ? options.dir + "/index" : options.index_dir);
+  if (!index.ok()) return index.status();
+  impl->index = std::move(index).value();
+
+  // Rebuild the in-memory index and the occupancy from RocksDB; drop what is
+  // undecodable, expired, out of range or overlapping.
+  const Nanos now = impl->clock->Now();
+  std::vector<std::string> bad;
+  Status scan = impl->index->ForEach([&](std::string_view k, std::string_view v) {
+    std::optional<SsdKey> key = DecodeSsdKey(k);
+    std::optional<SsdEntryMeta> meta = DecodeSsdMeta(v);
+    const bool ok = key.has_value() && meta.has_value() && meta->file < options.data_files &&
+                    meta->offset % kSsdBlockBytes == 0 &&
+                    meta->extent_bytes == SsdIoBytes(meta->payload_bytes) &&
+                    meta->payload_bytes > 0 && meta->expiry > now &&
+                    impl->space[meta->file].Claim(meta->offset, meta->extent_bytes);
+    if (!ok) {
+      bad.emplace_back(k);
+      return;
+    }
+    auto rec = std::make_shared<Record>();
+    rec->meta = *meta;
+    rec->persisted_access = meta->last_access;
+    impl->records.emplace(std::string(k), std::move(rec));
+  });
+  STRATA_RETURN_IF_ERROR(scan);
+  if (!bad.empty()) {
+    spdlog::warn("ssd: dropped {} index entries on open (expired or invalid)", bad.size());
+    STRATA_RETURN_IF_ERROR(impl->index->Apply({}, bad, /*sync=*/true));
+  }
+  m.capacity_bytes->Set(static_cast<int64_t>(impl->CapacityLocked()));
+  impl->PublishGaugesLocked();
+  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+}
+
+std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
+  Impl& s = *impl_;
+  std::vector<Status> out(writes.size(), Status::Ok());
+  std::vector<std::string> keys(writes.size());
+  std::vector<bool> todo(writes.size(), false);
+  uint64_t incoming = 0;
+  const Nanos now = s.clock->Now();
+  {
+    std::lock_guard lock(s.mu);
+    const bool allowed = s.WritesAllowedLocked(now);
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const SsdWrite& w = writes[i];
+      if (w.payload.empty() || w.payload.size() > (uint64_t{1} << 30)) {
+        out[i] = InvalidArgument("SSD payload must be 1 byte .. 1 GiB");
+        continue;
+      }
+      keys[i] = EncodeSsdKey(w.key);
+      auto it = s.records.find(keys[i]);
+      if ((it != s.records.end() && it->second->meta.expiry > now) || s.pending.count(keys[i])) {
+        continue;  // stored, or being stored by another batch: idempotent
+      }
+      if (!allowed) {
+        out[i] = Unavailable("SSD writes are stopped after an I/O error or a full disk");
+        continue;
+      }
+      s.pending.insert(keys[i]);
+      todo[i] = true;
+      incoming += SsdIoBytes(w.payload.size());
+    }
+  }
+  if (incoming == 0) return out;
+  s.MakeRoom(incoming, /*ttl=*/false);
+  if (struct statvfs vfs{}; ::statvfs(s.opts.dir.c_str(), &vfs) == 0) {
+    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    // Not `+ incoming`: a reused extent is already allocated on disk.
+    if (free_bytes < s.opts.min_free_bytes) {
+      s.DisableWrites("the file system has " + std::to_string(free_bytes) +
+                      " bytes free, under the " + std::to_string(s.opts.min_free_bytes) +
+                      " kept free");
+      std::lock_guard lock(s.mu);
+      for (size_t i = 0; i < writes.size(); ++i) {
+        if (!todo[i]) continue;
+        s.pending.erase(keys[i]);
+        out[i] = Unavailable("SSD writes are stopped: the file system is full");
+      }
+      return out;
+    }
+  }
+
+  // Place every entry, then write them all in one pass over a ring.
+  std::vector<SsdEntryMeta> metas(writes.size());
+  std::vector<bool> placed(writes.size(), false);
+  {
+    std::lock_guard lock(s.mu);
+    for (size_t i = 0; i < writes.size(); ++i) {
+      if (!todo[i]) continue;
+      auto where = s.AllocateLocked(SsdIoBytes(writes[i].payload.size()));
+      if (!where.has_value()) {
+        out[i] = ResourceExhausted("no room on the SSD tier (every entry is being read)");
+        s.pending.erase(keys[i]);
+        todo[i] = false;
+        continue;
+      }
+      placed[i] = true;
+      SsdEntryMeta& m = metas[i];
+      m.file = where->first;
+      m.offset = where->second;
+      m.payload_bytes = writes[i].payload.size();
+      m.extent_bytes = SsdIoBytes(m.payload_bytes);
+      m.entry_checksum = writes[i].entry_checksum;
+      m.layout_id = writes[i].layout_id;
+      m.commit_time = now;
+      m.expiry = now + s.opts.ttl;
+      m.last_access = now;
+    }
+  }
+  std::vector<IoOp> ops;
+  std::vector<std::pair<size_t, uint64_t>> owner;  // op -> (write, offset in payload)
+  std::vector<bool> touched(s.fds.size(), false);
+  std::vector<uint32_t> ops_left(writes.size(), 0);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (!todo[i]) continue;
+    const bool direct =
+        IsAligned(writes[i].payload.data()) && writes[i].readable_bytes >= metas[i].extent_bytes;
+    // The ring only reads from a direct source, never writes to it.
+    auto* src = const_cast<std::byte*>(writes[i].payload.data());
+    const size_t before = ops.size();
+    s.PlanOps(/*write=*/true, metas[i], direct ? src : nullptr, &ops, &owner, i);
+    ops_left[i] = static_cast<uint32_t>(ops.size() - before);
+    touched[metas[i].file] = true;
+  }
+  UringRing* ring = s.AcquireRing();
+  ring->Run(
+      ops,
+      [&](size_t op, std::span<std::byte> buf) {
+        const auto [i, off] = owner[op];
+        const std::span<const std::byte> src = writes[i].payload;
+        const uint64_t n = std::min<uint64_t>(buf.size(), src.size() - off);
+        std::memcpy(buf.data(), src.data() + off, n);
+        std::memset(buf.data() + n, 0, buf.size() - n);  // no stale bytes on disk
+      },
+      [](size_t, std::span<std::byte>) {},
+      [&](size_t op) {
+        // The checksum goes in the index only, after the I/O: computing it
+        // here overlaps it with the writes still in flight.
+        const size_t i = owner[op].first;
+        if (--ops_left[i] == 0) metas[i].data_checksum = Checksum64(writes[i].payload);
+      });
+  s.ReleaseRing(ring);
+
+  std::string io_error;
+  for (size_t op = 0; op < ops.size(); ++op) {
+    if (ops[op].result == static_cast<int>(ops[op].length)) continue;
+    const size_t i = owner[op].first;
+    // A short O_DIRECT write means the file system ran out of space.
+    const int err = ops[op].result < 0 ? -ops[op].result : ENOSPC;
+    if (todo[i]) {
+      out[i] = Unavailable("SSD write failed: " + Errno(err));
+      todo[i] = false;
+    }
+    if (io_error.empty()) io_error = s.paths[ops[op].file] + ": " + Errno(err);
+  }
+  Status durable = s.opts.sync ? s.SyncFiles(touched) : Status::Ok();
+  if (durable.ok() && s.opts.before_index_write_hook) s.opts.before_index_write_hook();
+  std::vector<std::pair<std::string, SsdEntryMeta>> puts;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (todo[i] && durable.ok()) puts.emplace_back(keys[i], metas[i]);
+  }
+  if (durable.ok() && s.index_failed.load()) durable = Unavailable("the SSD index failed earlier");
+  if (durable.ok()) {
+    durable = s.index->Apply(puts, {}, s.opts.sync);
+    if (!durable.ok()) s.index_failed.store(true);
+  }
+  if (!durable.ok()) {
+    for (size_t i = 0; i < writes.size(); ++i) {
+      if (todo[i]) out[i] = durable;
+      todo[i] = false;
+    }
+    if (io_error.empty()) io_error = durable.ToString();
+  }
+  if (!io_error.empty()) s.DisableWrites(io_error);
+
+  std::lock_guard lock(s.mu);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (!placed[i]) continue;
+    s.pending.erase(keys[i]);
+    if (!todo[i]) {
+      // Never indexed: the extent can be reused at once.
+      s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
+      continue;
+    }
+    auto rec = std::make_shared<Record>();
+    rec->meta = metas[i];
+    rec->persisted_access = now;
+    RecordPtr& slot = s.records[keys[i]];
+    if (slot != nullptr) {
+      // An expired entry under the same key: the put just overwrote its
+      // index entry, so its extent goes once no reader holds it.
+      slot->retired = true;
+      slot->index_gone = true;
+      s.MaybeFreeLocked(*slot);
+    }
+    slot = std::move(rec);
+    s.bytes_written += metas[i].payload_bytes;
+    s.m.bytes_written->Increment(metas[i].payload_bytes);
+  }
+  s.PublishGaugesLocked();
+  return out;
+}
+
+Status SsdTier::Write(const SsdWrite& write) { return WriteBatch({&write, 1}).front(); }
+
+std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
+  Impl& s = *impl_;
+  std::vector<Status> out(reads.size(), Status::Ok());
+  std::vector<std::string> keys(reads.size());
+  std::vector<RecordPtr> recs(reads.size());
+  const Nanos now = s.clock->Now();
+  {
+    std::lock_guard lock(s.mu);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      keys[i] = EncodeSsdKey(reads[i].key);
+      auto it = s.records.find(keys[i]);
+      if (it == s.records.end() || it->second->meta.expiry <= now) {
+        out[i] = NotFound("not on the SSD tier");
+        continue;
+      }
+      if (reads[i].dst.size() < it->second->meta.payload_bytes) {
+        out[i] = InvalidArgument("read buffer smaller than the payload");
+        continue;
+      }
+      recs[i] = it->second;
+      ++recs[i]->readers;
+    }
+  }
+  std::vector<IoOp> ops;
+  std::vector<std::pair<size_t, uint64_t>> owner;
+  std::vector<uint32_t> ops_left(reads.size(), 0);
+  std::vector<bool> io_ok(reads.size(), true), sum_ok(reads.size(), false);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (recs[i] == nullptr) continue;
+    std::byte* dst = reads[i].dst.data();
+    const bool direct = IsAligned(dst) && reads[i].dst.size() >= recs[i]->meta.extent_bytes;
+    const size_t before = ops.size();
+    s.PlanOps(/*write=*/false, recs[i]->meta, direct ? dst : nullptr, &ops, &owner, i);
+    ops_left[i] = static_cast<uint32_t>(ops.size() - before);
+  }
+  if (!ops.empty()) {
+    UringRing* ring = s.AcquireRing();
+    ring->Run(
+        ops, [](size_t, std::span<std::byte>) {},
+        [&](size_t op, std::span<std::byte> buf) {
+          const auto [i, off] = owner[op];
+          const uint64_t payload = recs[i]->meta.payload_bytes;
+          std::memcpy(reads[i].dst.data() + off, buf.data(),
+                      std::min<uint64_t>(buf.size(), payload - off));
+        },
+        [&](size_t op) {
+          // Verify each entry as soon as its last op lands, while the rest
+          // of the batch is still in flight.
+          const size_t i = owner[op].first;
+          if (ops[op].result != static_cast<int>(ops[op].length)) io_ok[i] = false;
+          if (--ops_left[i] == 0 && io_ok[i]) {
+            const SsdEntryMeta& meta = recs[i]->meta;
+            sum_ok[i] = Checksum64(reads[i].dst.first(meta.payload_bytes)) == meta.data_checksum;
+          }
+        });
+    s.ReleaseRing(ring);
+  }
+  for (size_t op = 0; op < ops.size(); ++op) {
+    const size_t i = owner[op].first;
+    if (ops[op].result != static_cast<int>(ops[op].length) && out[i].ok()) {
+      const int err = ops[op].result < 0 ? -ops[op].result : EIO;
+      out[i] = Unavailable("SSD read failed: " + Errno(err));
+    }
+  }
+  // Verify every payload; a mismatch is never served.
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (recs[i] == nullptr || !out[i].ok()) continue;
+    const SsdEntryMeta& meta = recs[i]->meta;
+    if (!sum_ok[i]) {
+      spdlog::warn("ssd: checksum mismatch in {} at offset {}; entry dropped", s.paths[meta.file],
+                   meta.offset);
+      {
+        std::lock_guard lock(s.mu);
+        ++s.checksum_failures;
+      }
+      s.m.checksum_failures->Increment();
+      out[i] = NotFound("SSD entry failed its checksum and was dropped");
+      continue;
+    }
+    s.m.bytes_read->Increment(meta.payload_bytes);
+  }
+  std::vector<std::pair<std::string, SsdEntryMeta>> access_puts;
+  std::vector<std::pair<std::string, RecordPtr>> to_drop;
+  {
+    std::lock_guard lock(s.mu);
+    for (size_t i = 0; i < reads.size(); ++i) {
+      if (recs[i] == nullptr) continue;
+      Record& r = *recs[i];
+      --r.readers;
+      if (out[i].ok()) {
+        s.bytes_read += r.meta.payload_bytes;
+        r.meta.last_access = now;
+        if (!r.retired && now - r.persisted_access >= s.opts.access_persist_interval) {
+          r.persisted_access = now;
+          access_puts.emplace_back(keys[i], r.meta);
+        }
+      } else if (out[i].code() == StatusCode::kNotFound) {
+        to_drop.emplace_back(keys[i], recs[i]);
+      }
+      s.MaybeFreeLocked(r);
+    }
+  }
+  for (const auto& [k, r] : to_drop) s.Drop(k, r, s.m.evict_checksum);
+  if (!access_puts.empty() && !s.index_failed.load()) {
+    Status st = s.index->Apply(access_puts, {}, /*sync=*/false);
+    if (!st.ok()) s.index_failed.store(true);
+    if (!st.ok()) spdlog::warn("ssd: persisting access times failed: {}", st.ToString());
+  }
+  return out;
+}
+
+Status SsdTier::Read(const SsdRead& read) { return ReadBatch({&read, 1}).front(); }
+
+std::optional<SsdEntryMeta> SsdTier::Lookup(const SsdKey& key) const {
+  const std::string k = EncodeSsdKey(key);
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->records.find(k);
+  if (it == impl_->records.end() || it->second->meta.expiry <= impl_->clock->Now()) {
+    return std::nullopt;
+  }
+  return it->second->meta;
+}
+
+void SsdTier::Touch(const SsdKey& key) {
+  const std::string k = EncodeSsdKey(key);
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->records.find(k);
+  if (it != impl_->records.end()) it->second->meta.last_access = impl_->clock->Now();
+}
+
+Status SsdTier::Erase(const SsdKey& key) {
+  Impl& s = *impl_;
+  const std::string k = EncodeSsdKey(key);
+  RecordPtr r;
+  {
+    std::lock_guard lock(s.mu);
+    r = s.RetireLocked(k);
+    if (r == nullptr) return NotFound("not on the SSD tier");
+    s.m.evict_explicit->Increment();
+  }
+  s.FinishRetire({k}, {r});
+  return Status::Ok();
+}
+
+uint64_t SsdTier::RunMaintenance() { return impl_->MakeRoom(0, /*ttl=*/true); }
+
+SsdTierStats SsdTier::Stats() const {
+  const Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  SsdTierStats st;
+  st.capacity_bytes = s.CapacityLocked();
+  st.used_bytes = s.UsedLocked();
+  st.entries = s.records.size();
+  st.bytes_written = s.bytes_written;
+  st.bytes_read = s.bytes_read;
+  st.write_failures = s.write_failures;
+  st.checksum_failures = s.checksum_failures;
+  st.evictions = s.evictions;
+  st.ttl_expired = s.ttl_expired;
+  st.writes_enabled = s.writes_enabled;
+  return st;
+}
+
+const SsdTierOptions& SsdTier::options() const { return impl_->opts; }
+
+std::string SsdTier::DataFilePathForTesting(uint32_t file) const {
+  return file < impl_->paths.size() ? impl_->paths[file] : std::string();
+}
+
+}  // namespace strata

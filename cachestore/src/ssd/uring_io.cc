@@ -1,0 +1,134 @@
+#include "ssd/uring_io.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kAlign = 4096;
+// user_data: op index in the low 40 bits, bounce slot + 1 above (0: direct).
+constexpr int kSlotShift = 40;
+constexpr uint64_t kOpMask = (uint64_t{1} << kSlotShift) - 1;
+
+}  // namespace
+
+Result<std::unique_ptr<UringRing>> UringRing::Create(std::span<const int> fds, uint32_t depth,
+                                                     uint64_t buffer_bytes) {
+  if (depth == 0 || depth > 4096) return InvalidArgument("queue depth must be in 1..4096");
+  if (buffer_bytes == 0 || buffer_bytes % kAlign != 0 || buffer_bytes > (1u << 30)) {
+    return InvalidArgument("io buffer bytes must be a positive multiple of 4096, at most 1 GiB");
+  }
+  std::unique_ptr<UringRing> r(new UringRing());
+  r->depth_ = depth;
+  r->buffer_bytes_ = buffer_bytes;
+  if (int rc = io_uring_queue_init(depth, &r->ring_, 0); rc < 0) {
+    return Unavailable("io_uring_queue_init: " + std::string(std::strerror(-rc)));
+  }
+  r->ring_ready_ = true;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, kAlign, depth * buffer_bytes) != 0) {
+    return ResourceExhausted("cannot allocate io_uring bounce buffers");
+  }
+  r->buffers_ = static_cast<std::byte*>(mem);
+  std::memset(r->buffers_, 0, depth * buffer_bytes);
+  std::vector<iovec> iovs(depth);
+  for (uint32_t i = 0; i < depth; ++i) iovs[i] = {r->buffers_ + i * buffer_bytes, buffer_bytes};
+  if (int rc = io_uring_register_buffers(&r->ring_, iovs.data(), depth); rc < 0) {
+    return Unavailable("io_uring_register_buffers: " + std::string(std::strerror(-rc)));
+  }
+  if (int rc = io_uring_register_files(&r->ring_, fds.data(), static_cast<unsigned>(fds.size()));
+      rc < 0) {
+    return Unavailable("io_uring_register_files: " + std::string(std::strerror(-rc)));
+  }
+  return r;
+}
+
+UringRing::~UringRing() {
+  if (ring_ready_) io_uring_queue_exit(&ring_);  // also unregisters files and buffers
+  std::free(buffers_);
+}
+
+void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& drain,
+                    const DoneFn& done_fn) {
+  std::vector<uint32_t> free_slots(depth_);
+  for (uint32_t i = 0; i < depth_; ++i) free_slots[i] = depth_ - 1 - i;
+  std::vector<size_t> completed;  // reaped, their done_fn not yet run
+  size_t next = 0, inflight = 0, reaped = 0;
+  auto buffer = [&](uint32_t slot) {
+    return std::span<std::byte>(buffers_ + uint64_t{slot} * buffer_bytes_, buffer_bytes_);
+  };
+  while (reaped < ops.size()) {
+    while (next < ops.size() && inflight < depth_) {
+      IoOp& op = ops[next];
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) break;
+      uint64_t slot_tag = 0;
+      if (op.direct != nullptr) {
+        if (op.write) {
+          io_uring_prep_write(sqe, static_cast<int>(op.file), op.direct, op.length, op.offset);
+        } else {
+          io_uring_prep_read(sqe, static_cast<int>(op.file), op.direct, op.length, op.offset);
+        }
+      } else {
+        const uint32_t slot = free_slots.back();
+        free_slots.pop_back();
+        std::span<std::byte> buf = buffer(slot).first(op.length);
+        if (op.write) {
+          fill(next, buf);
+          io_uring_prep_write_fixed(sqe, static_cast<int>(op.file), buf.data(), op.length,
+                                    op.offset, static_cast<int>(slot));
+        } else {
+          io_uring_prep_read_fixed(sqe, static_cast<int>(op.file), buf.data(), op.length, op.offset,
+                                   static_cast<int>(slot));
+        }
+        slot_tag = uint64_t{slot} + 1;
+      }
+      sqe->flags |= IOSQE_FIXED_FILE;
+      io_uring_sqe_set_data64(sqe, next | (slot_tag << kSlotShift));
+      ++next;
+      ++inflight;
+    }
+    // Queue full again: now the CPU work of what completed overlaps the I/O.
+    int rc = io_uring_submit(&ring_);
+    for (size_t i : completed) done_fn(i);
+    completed.clear();
+    if (rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) {
+      io_uring_cqe* first = nullptr;
+      rc = io_uring_wait_cqe(&ring_, &first);
+    }
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      // The ring is unusable: fail what has not completed.
+      for (IoOp& op : ops) {
+        if (op.result == 0) op.result = rc;
+      }
+      return;
+    }
+    io_uring_cqe* cqe = nullptr;
+    unsigned head = 0, seen = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      const uint64_t data = io_uring_cqe_get_data64(cqe);
+      const size_t i = data & kOpMask;
+      const uint64_t slot_tag = data >> kSlotShift;
+      IoOp& op = ops[i];
+      op.result = cqe->res;
+      if (slot_tag != 0) {
+        const auto slot = static_cast<uint32_t>(slot_tag - 1);
+        if (!op.write && cqe->res == static_cast<int>(op.length)) {
+          drain(i, buffer(slot).first(op.length));
+        }
+        free_slots.push_back(slot);
+      }
+      completed.push_back(i);
+      ++seen;
+    }
+    io_uring_cq_advance(&ring_, seen);
+    inflight -= seen;
+    reaped += seen;
+  }
+  for (size_t i : completed) done_fn(i);
+}
+
+}  // namespace strata

@@ -1,0 +1,60 @@
+// One io_uring instance with the data files and a pool of aligned bounce
+// buffers registered, running batches of O_DIRECT reads and writes with a
+// bounded number in flight. Not thread-safe: SsdTier hands each ring to one
+// batch at a time.
+#pragma once
+
+#include <liburing.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "strata/status.h"
+
+namespace strata {
+
+struct IoOp {
+  bool write = false;
+  uint32_t file = 0;            // index into the registered files
+  uint64_t offset = 0;          // 4 KiB aligned
+  uint32_t length = 0;          // 4 KiB multiple; at most the buffer size unless `direct`
+  std::byte* direct = nullptr;  // aligned caller memory; nullptr: a bounce buffer
+  int result = 0;               // bytes transferred, or -errno
+};
+
+class UringRing {
+ public:
+  // fill(i, buffer): a bounce write's bytes go into `buffer` before submit.
+  // drain(i, buffer): a bounce read's bytes, after it completed in full.
+  using BufferFn = std::function<void(size_t, std::span<std::byte>)>;
+
+  static Result<std::unique_ptr<UringRing>> Create(std::span<const int> fds, uint32_t depth,
+                                                   uint64_t buffer_bytes);
+  ~UringRing();
+  UringRing(const UringRing&) = delete;
+  UringRing& operator=(const UringRing&) = delete;
+
+  // Called as each op completes (after `drain`), while later ops are still
+  // in flight: where per-entry CPU work (checksums) overlaps the I/O.
+  using DoneFn = std::function<void(size_t)>;
+
+  // Runs every op; each op's `result` says how it went. A ring-level failure
+  // (submission refused) fails the ops not yet completed with its errno.
+  void Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& drain, const DoneFn& done);
+
+  uint64_t buffer_bytes() const { return buffer_bytes_; }
+
+ private:
+  UringRing() = default;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  uint32_t depth_ = 0;
+  uint64_t buffer_bytes_ = 0;
+  std::byte* buffers_ = nullptr;  // depth_ x buffer_bytes_, 4 KiB aligned
+};
+
+}  // namespace strata

@@ -1,0 +1,698 @@
+// The UCX data plane against real UCX: node and client in one process on
+// different threads, and across processes (the node in a child process that
+// is SIGKILLed for the failure tests). Each transport is forced through
+// UCX_TLS, set before any UCX context of the test exists.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/data_plane.h"
+
+namespace strata::dataplane {
+namespace {
+
+constexpr uint64_t kGoodLease = 7;
+constexpr uint64_t kForbiddenLease = 8;  // PERMISSION_DENIED
+constexpr uint64_t kSlowLease = 9;       // authorized after kSlowAuthorizeMs
+constexpr int kSlowAuthorizeMs = 400;
+constexpr uint64_t kSession = 0x5e55;
+constexpr uint64_t kBlock = 227'840;  // one 256-token V4.1 block (DESIGN §8)
+constexpr size_t kArenaBytes = 8u << 20;
+
+const char* const kTcp = "tcp";
+const char* const kShm = "posix,sysv,cma,self";
+
+#if defined(__SANITIZE_THREAD__)
+constexpr int kSlowdown = 4;  // TSan makes every access to UCX's shm mappings slow
+#else
+constexpr int kSlowdown = 1;
+#endif
+// Deadline for calls that should succeed: generous, since it is not a speed test.
+constexpr int kLongMs = 20'000 * kSlowdown;
+
+Nanos Now() { return SteadyClock().Now(); }
+Nanos In(int ms) { return Now() + ms * kNanosPerMilli; }
+
+std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
+  std::vector<std::byte> out(n);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(out.data() + i, &v, std::min<size_t>(8, n - i));
+  }
+  return out;
+}
+
+Status Authorize(uint64_t session, uint64_t lease, uint64_t, uint64_t) {
+  if (session != kSession) return PermissionDenied("unknown session");
+  if (lease == kForbiddenLease) return PermissionDenied("lease belongs to another principal");
+  if (lease == kSlowLease) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kSlowAuthorizeMs));
+    return Status::Ok();
+  }
+  if (lease != kGoodLease) return NotFound("no such lease");
+  return Status::Ok();
+}
+
+// A node in this process: random arena (ours, or allocated by UCX), a fixed
+// lease table, a write log.
+struct LocalNode {
+  std::vector<std::byte> storage = RandomBytes(kArenaBytes, 42);
+  std::span<std::byte> arena;
+  std::mutex mu;
+  std::vector<std::array<uint64_t, 4>> writes_done;  // guarded by mu
+  std::unique_ptr<DataPlaneServer> server;
+
+  explicit LocalNode(ServerOptions options = {}, bool own_region = false) {
+    // Authorization takes `mu`, as do the test's own looks at the arena: the
+    // happens-before edges then exist for TSan too (UCX's shared-memory
+    // signalling is invisible to it).
+    Access access;
+    access.authorize_read = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
+      std::lock_guard<std::mutex> lock(mu);
+      return Authorize(s, l, o, n);
+    };
+    access.authorize_write = access.authorize_read;
+    access.on_write_done = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
+      std::lock_guard<std::mutex> lock(mu);
+      writes_done.push_back({s, l, o, n});
+    };
+    auto started =
+        own_region ? DataPlaneServer::StartWithOwnRegion(kArenaBytes, std::move(access), options)
+                   : DataPlaneServer::Start(storage, std::move(access), options);
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    if (!started.ok()) return;
+    server = std::move(*started);
+    arena = server->region();
+    EXPECT_EQ(arena.size(), kArenaBytes);
+    std::lock_guard<std::mutex> lock(mu);
+    if (own_region) std::memcpy(arena.data(), storage.data(), kArenaBytes);
+  }
+  std::vector<std::byte> Snapshot() {
+    std::lock_guard<std::mutex> lock(mu);
+    return {arena.begin(), arena.end()};
+  }
+  ServerInfo Info() const {
+    return {server->worker_address(), server->packed_rkey(), server->region_base(), kSession,
+            server->host_id()};
+  }
+};
+
+// Read ops of assorted sizes (odd ones, one 227,840-byte block, eager and
+// rendezvous sized) at random offsets, each with its own buffer.
+struct ReadPlan {
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<DataPlaneClient::ReadOp> ops;
+};
+ReadPlan MakeReads(size_t count, uint64_t lease, uint64_t seed) {
+  const uint64_t sizes[] = {kBlock, 1, 4095, 8191, 8192, 100'003, kBlock, 65'536, 3 * kBlock};
+  std::mt19937_64 rng(seed);
+  ReadPlan plan;
+  plan.buffers.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t size = sizes[i % std::size(sizes)];
+    uint64_t offset = rng() % (kArenaBytes - size);
+    plan.buffers[i].assign(size, std::byte{0xAB});
+    plan.ops.push_back({lease, offset, plan.buffers[i]});
+  }
+  return plan;
+}
+
+void ExpectReadMatches(const ReadPlan& plan, std::span<const std::byte> arena) {
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    const auto& op = plan.ops[i];
+    ASSERT_EQ(0, std::memcmp(op.dest.data(), arena.data() + op.offset, op.dest.size()))
+        << "op " << i << " offset " << op.offset << " size " << op.dest.size();
+  }
+}
+
+void ExpectUntouched(const ReadPlan& plan) {
+  for (const auto& buf : plan.buffers) {
+    for (std::byte b : buf) ASSERT_EQ(b, std::byte{0xAB});
+  }
+}
+
+// ---- in one process ---------------------------------------------------------
+
+struct TransportMode {
+  const char* tls;
+  Mode mode;
+  bool own_region = false;  // StartWithOwnRegion: UCX allocates the arena
+};
+std::string Name(const ::testing::TestParamInfo<TransportMode>& info) {
+  return std::string(info.param.tls == kTcp ? "Tcp" : "Shm") +
+         (info.param.mode == Mode::kRma ? "Rma" : "Am") +
+         (info.param.own_region ? "OwnRegion" : "");
+}
+
+class InProcess : public ::testing::TestWithParam<TransportMode> {
+ protected:
+  void SetUp() override { setenv("UCX_TLS", GetParam().tls, 1); }
+  void TearDown() override { unsetenv("UCX_TLS"); }
+  Result<std::unique_ptr<DataPlaneClient>> Connect(const LocalNode& node) {
+    return DataPlaneClient::Connect(node.Info(), {GetParam().mode, Seconds(10)});
+  }
+};
+
+TEST_P(InProcess, ReadsRandomDataOfManySizes) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ((*client)->mode(), GetParam().mode);
+  ReadPlan plan = MakeReads(64, kGoodLease, 1);
+  std::vector<int> reported(plan.ops.size(), 0);
+  Status st = (*client)->Read(
+      plan.ops,
+      [&](size_t i, const Status& s) {
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        ++reported[i];
+      },
+      In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int r : reported) EXPECT_EQ(r, 1);
+  ExpectReadMatches(plan, node.arena);
+  uint64_t total = 0;
+  for (const auto& op : plan.ops) total += op.dest.size();
+  // The node counts a reply when its send completes, which may trail the
+  // client's completion (rendezvous acks).
+  for (int i = 0; i < 5000 && node.server->stats().in_flight > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto stats = node.server->stats();
+  EXPECT_EQ(stats.in_flight, 0u);
+  if (GetParam().mode == Mode::kActiveMessage) {
+    EXPECT_EQ(stats.bytes_sent, total);
+    EXPECT_EQ(stats.requests, plan.ops.size());
+  } else {
+    EXPECT_EQ(stats.requests, 0u);  // one-sided: the node's CPU saw nothing
+  }
+  EXPECT_FALSE(stats.transports.empty());
+
+  // A second batch on the same endpoint.
+  ReadPlan again = MakeReads(16, kGoodLease, 2);
+  ASSERT_TRUE((*client)->Read(again.ops, nullptr, In(kLongMs)).ok());
+  ExpectReadMatches(again, node.arena);
+}
+
+TEST_P(InProcess, WritesLandExactlyAtTheirOffsets) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::vector<std::byte> before = node.Snapshot();
+  const uint64_t sizes[] = {kBlock, 17, 8192, 100'001, kBlock};
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<DataPlaneClient::WriteOp> ops;
+  uint64_t offset = 4096;
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    payloads.push_back(RandomBytes(sizes[i], 100 + i));
+    ops.push_back({kGoodLease, offset, payloads.back()});
+    offset += sizes[i] + 4096;  // gaps that must stay untouched
+  }
+  Status st = (*client)->Write(ops, In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<std::byte> expected = before;
+  for (const auto& op : ops) std::memcpy(expected.data() + op.offset, op.src.data(), op.src.size());
+  EXPECT_TRUE(expected == node.Snapshot()) << "arena differs outside or inside the written ranges";
+  std::lock_guard<std::mutex> lock(node.mu);
+  ASSERT_EQ(node.writes_done.size(), ops.size());
+  std::sort(node.writes_done.begin(), node.writes_done.end(),
+            [](const auto& a, const auto& b) { return a[2] < b[2]; });
+  for (size_t i = 0; i < ops.size(); ++i) {
+    EXPECT_EQ(node.writes_done[i],
+              (std::array<uint64_t, 4>{kSession, kGoodLease, ops[i].offset, ops[i].src.size()}));
+  }
+  EXPECT_EQ(node.server->stats().bytes_received,
+            std::accumulate(std::begin(sizes), std::end(sizes), uint64_t{0}));
+}
+
+TEST_P(InProcess, RejectedRequestsReturnTheNodesStatusAndMoveNoBytes) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::vector<std::byte> before = node.Snapshot();
+
+  std::vector<std::byte> payload = RandomBytes(kBlock, 5);
+  DataPlaneClient::WriteOp forbidden_write{kForbiddenLease, 0, payload};
+  Status st = (*client)->Write({&forbidden_write, 1}, In(kLongMs));
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
+  DataPlaneClient::WriteOp outside{kGoodLease, kArenaBytes - 10, payload};
+  st = (*client)->Write({&outside, 1}, In(kLongMs));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_TRUE(before == node.Snapshot());
+  {
+    std::lock_guard<std::mutex> lock(node.mu);
+    EXPECT_TRUE(node.writes_done.empty());
+  }
+
+  if (GetParam().mode == Mode::kActiveMessage) {
+    ReadPlan forbidden = MakeReads(4, kForbiddenLease, 3);
+    st = (*client)->Read(forbidden.ops, nullptr, In(kLongMs));
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.ToString();
+    EXPECT_NE(st.message().find("another principal"), std::string::npos) << st.message();
+    ExpectUntouched(forbidden);
+    ReadPlan unknown = MakeReads(2, 12345, 4);
+    st = (*client)->Read(unknown.ops, nullptr, In(kLongMs));
+    EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+    ExpectUntouched(unknown);
+    EXPECT_EQ(node.server->stats().rejected, 2u + 4u + 2u);
+    EXPECT_EQ(node.server->stats().bytes_sent, 0u);
+  }
+  // Mixed batch: the good ops complete, the first error is returned.
+  ReadPlan mixed = MakeReads(3, kGoodLease, 6);
+  mixed.ops[1].lease = kForbiddenLease;
+  std::vector<Status> results(3);
+  st = (*client)->Read(
+      mixed.ops, [&](size_t i, const Status& s) { results[i] = s; }, In(kLongMs));
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_TRUE(results[2].ok());
+  if (GetParam().mode == Mode::kActiveMessage) {
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+    EXPECT_EQ(results[1].code(), StatusCode::kPermissionDenied);
+  }
+}
+
+TEST_P(InProcess, DeadlineExceededThenTheClientRecovers) {
+  if (GetParam().mode != Mode::kActiveMessage) GTEST_SKIP() << "RMA reads bypass the node";
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ReadPlan slow = MakeReads(2, kSlowLease, 7);
+  std::vector<int> reported(2, 0);
+  const Nanos start = Now();
+  Status st = (*client)->Read(
+      slow.ops, [&](size_t i, const Status&) { ++reported[i]; }, In(50));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_LT(Now() - start, kSlowAuthorizeMs * kNanosPerMilli) << "returned only after the reply";
+  EXPECT_EQ(reported, (std::vector<int>{1, 1}));
+  // The late replies arrive while the next call runs and are dropped there.
+  ReadPlan good = MakeReads(8, kGoodLease, 8);
+  st = (*client)->Read(good.ops, nullptr, In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectReadMatches(good, node.arena);
+  ExpectUntouched(slow);
+}
+
+TEST_P(InProcess, DrainRejectsNewRequests) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE(node.server->Drain(In(5'000)).ok());
+  std::vector<std::byte> payload = RandomBytes(100, 9);
+  DataPlaneClient::WriteOp write{kGoodLease, 0, payload};
+  EXPECT_EQ((*client)->Write({&write, 1}, In(kLongMs)).code(), StatusCode::kUnavailable);
+  if (GetParam().mode == Mode::kActiveMessage) {
+    ReadPlan reads = MakeReads(3, kGoodLease, 10);
+    EXPECT_EQ((*client)->Read(reads.ops, nullptr, In(kLongMs)).code(), StatusCode::kUnavailable);
+    ExpectUntouched(reads);
+  }
+  auto late = Connect(node);
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_P(InProcess, SeveralThreadsShareOneClient) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<std::thread> threads;
+  threads.reserve(3);
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        ReadPlan plan = MakeReads(8, kGoodLease, 1000 + t * 10 + round);
+        if (!(*client)->Read(plan.ops, nullptr, In(kLongMs)).ok()) ++failures;
+        for (const auto& op : plan.ops) {
+          if (std::memcmp(op.dest.data(), node.arena.data() + op.offset, op.dest.size()) != 0) {
+            ++failures;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, InProcess,
+                         ::testing::Values(TransportMode{kTcp, Mode::kActiveMessage},
+                                           TransportMode{kTcp, Mode::kRma},
+                                           TransportMode{kShm, Mode::kActiveMessage},
+                                           TransportMode{kShm, Mode::kRma},
+                                           TransportMode{kShm, Mode::kRma, true},
+                                           TransportMode{kShm, Mode::kActiveMessage, true}),
+                         Name);
+
+// kAuto: RMA only where it is native (a UCX-allocated region mapped over
+// shared memory); active messages on tcp and on shm with a foreign region.
+TEST(DataPlaneAuto, PicksRmaOnlyWhereItIsNative) {
+  struct Case {
+    const char* tls;
+    bool own_region;
+    Mode expected;
+  };
+  for (const Case& c :
+       {Case{kShm, true, Mode::kRma}, Case{kShm, false, Mode::kActiveMessage},
+        Case{kTcp, true, Mode::kActiveMessage}, Case{kTcp, false, Mode::kActiveMessage}}) {
+    setenv("UCX_TLS", c.tls, 1);
+    LocalNode node({}, c.own_region);
+    ASSERT_NE(node.server, nullptr);
+    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kAuto, Seconds(10)});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    EXPECT_EQ((*client)->mode(), c.expected) << c.tls << " own region " << c.own_region;
+    ReadPlan plan = MakeReads(9, kGoodLease, 11);
+    ASSERT_TRUE((*client)->Read(plan.ops, nullptr, In(kLongMs)).ok());
+    ExpectReadMatches(plan, node.arena);
+  }
+  unsetenv("UCX_TLS");
+}
+
+TEST(DataPlaneAuto, NodeThatForbidsRmaIsReadWithActiveMessages) {
+  setenv("UCX_TLS", kShm, 1);
+  LocalNode node(ServerOptions{Mode::kActiveMessage});
+  ASSERT_NE(node.server, nullptr);
+  EXPECT_TRUE(node.server->packed_rkey().empty());
+  auto client = DataPlaneClient::Connect(node.Info(), {Mode::kAuto, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ((*client)->mode(), Mode::kActiveMessage);
+  auto rma = DataPlaneClient::Connect(node.Info(), {Mode::kRma, Seconds(10)});
+  EXPECT_EQ(rma.status().code(), StatusCode::kPermissionDenied);
+  unsetenv("UCX_TLS");
+}
+
+TEST(DataPlaneServerTest, RejectsAnEmptyRegion) {
+  auto started = DataPlaneServer::Start({}, Access{}, ServerOptions{});
+  EXPECT_EQ(started.status().code(), StatusCode::kInvalidArgument);
+  started = DataPlaneServer::StartWithOwnRegion(0, Access{}, ServerOptions{});
+  EXPECT_EQ(started.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DataPlaneServerTest, StopsWithClientsConnectedAndNoDrain) {
+  setenv("UCX_TLS", kTcp, 1);
+  auto node = std::make_unique<LocalNode>();
+  ASSERT_NE(node->server, nullptr);
+  auto client = DataPlaneClient::Connect(node->Info(), {Mode::kActiveMessage, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ReadPlan plan = MakeReads(4, kGoodLease, 12);
+  ASSERT_TRUE((*client)->Read(plan.ops, nullptr, In(kLongMs)).ok());
+  node.reset();  // node goes away first
+  ReadPlan after = MakeReads(4, kGoodLease, 13);
+  Status st = (*client)->Read(after.ops, nullptr, In(2'000));
+  EXPECT_TRUE(st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)
+      << st.ToString();
+  unsetenv("UCX_TLS");
+}
+
+TEST(RdmaDevices, DiscoveryDoesNotCrashAndFindsNoneHere) {
+  std::vector<std::string> devices = DiscoverRdmaDevices();
+  for (const std::string& d : devices) EXPECT_FALSE(d.empty());
+  if (!devices.empty()) GTEST_SKIP() << "this machine has RDMA devices: " << devices.front();
+  EXPECT_TRUE(devices.empty());
+}
+
+// ---- across processes -------------------------------------------------------
+
+std::string Hex(const std::string& s) {
+  static const char* const kDigits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+std::string Unhex(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i + 1 < s.size(); i += 2) {
+    out.push_back(static_cast<char>(std::strtoul(s.substr(i, 2).c_str(), nullptr, 16)));
+  }
+  return out;
+}
+
+constexpr int kInfoFd = 3;
+
+// The node in a child process (this binary re-executed, so the child starts
+// with no UCX state inherited from the parent). The child prints its
+// ServerInfo on stdout and serves until its stdin closes or it is killed.
+class ChildNode {
+ public:
+  ChildNode(const char* tls, Mode mode, bool own_region) {
+    int to_child[2];
+    int from_child[2];
+    EXPECT_EQ(pipe(to_child), 0);
+    EXPECT_EQ(pipe(from_child), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], kInfoFd);  // stdout carries UCX's own log lines
+      close(to_child[1]);
+      close(from_child[0]);
+      setenv("UCX_TLS", tls, 1);
+      std::string mode_arg(ModeName(mode));
+      execl("/proc/self/exe", "data_plane_test", "--data-plane-child-node", mode_arg.c_str(),
+            own_region ? "own" : "given", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    stdin_fd_ = to_child[1];
+    FILE* in = fdopen(from_child[0], "r");
+    char line[8192];
+    std::vector<std::string> fields;
+    while (fields.size() < 4 && std::fgets(line, sizeof(line), in) != nullptr) {
+      std::string s(line);
+      while (!s.empty() && s.back() == '\n') s.pop_back();
+      fields.push_back(s);
+    }
+    std::fclose(in);
+    if (fields.size() == 4) {
+      info_ = {Unhex(fields[0]), Unhex(fields[1]), std::strtoull(fields[2].c_str(), nullptr, 10),
+               kSession, Unhex(fields[3])};
+    }
+  }
+  ~ChildNode() {
+    if (stdin_fd_ >= 0) close(stdin_fd_);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool ok() const { return !info_.worker_address.empty(); }
+  const ServerInfo& info() const { return info_; }
+  void Kill() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;
+  ServerInfo info_;
+};
+
+// The child's arena: RandomBytes(kArenaBytes, 42), so the parent can check.
+int RunChildNode(const char* mode_name, const char* region) {
+  ServerOptions options;
+  options.mode = std::string_view(mode_name) == "am" ? Mode::kActiveMessage : Mode::kAuto;
+  std::vector<std::byte> arena = RandomBytes(kArenaBytes, 42);
+  static std::mutex mu;  // orders the fill below before any transfer, for TSan
+  Access access;
+  access.authorize_read = [](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    return Authorize(s, l, o, n);
+  };
+  access.authorize_write = access.authorize_read;
+  const bool own = std::string_view(region) == "own";
+  auto server = own ? DataPlaneServer::StartWithOwnRegion(kArenaBytes, std::move(access), options)
+                    : DataPlaneServer::Start(arena, std::move(access), options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "child node: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  if (own) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::memcpy((*server)->region().data(), arena.data(), kArenaBytes);
+  }
+  FILE* out = fdopen(kInfoFd, "w");
+  if (out == nullptr) return 1;
+  std::fprintf(out, "%s\n%s\n%llu\n%s\n", Hex((*server)->worker_address()).c_str(),
+               Hex((*server)->packed_rkey()).c_str(),
+               static_cast<unsigned long long>((*server)->region_base()),
+               Hex((*server)->host_id()).c_str());
+  std::fflush(out);
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  return 0;
+}
+
+// A client in a child process: reads from the node described by argv in a
+// loop until it is killed.
+int RunChildClient(char** argv) {
+  ServerInfo info{Unhex(argv[0]), Unhex(argv[1]), std::strtoull(argv[2], nullptr, 10), kSession,
+                  Unhex(argv[3])};
+  Mode mode = std::string_view(argv[4]) == "rma" ? Mode::kRma : Mode::kActiveMessage;
+  auto client = DataPlaneClient::Connect(info, {mode, Seconds(10)});
+  if (!client.ok()) return 1;
+  for (uint64_t round = 0;; ++round) {
+    ReadPlan plan = MakeReads(32, kGoodLease, round);
+    (void)(*client)->Read(plan.ops, nullptr, In(kLongMs));
+  }
+}
+
+class AcrossProcesses : public ::testing::TestWithParam<TransportMode> {
+ protected:
+  void SetUp() override { setenv("UCX_TLS", GetParam().tls, 1); }
+  void TearDown() override { unsetenv("UCX_TLS"); }
+};
+
+TEST_P(AcrossProcesses, ReadsAndWrites) {
+  ChildNode node(GetParam().tls, GetParam().mode, GetParam().own_region);
+  ASSERT_TRUE(node.ok());
+  auto client = DataPlaneClient::Connect(node.info(), {GetParam().mode, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ((*client)->mode(), GetParam().mode);
+  const std::vector<std::byte> arena = RandomBytes(kArenaBytes, 42);
+  ReadPlan plan = MakeReads(48, kGoodLease, 20);
+  Status st = (*client)->Read(plan.ops, nullptr, In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectReadMatches(plan, arena);
+
+  // Writes land in the child's arena: read them back.
+  std::vector<std::byte> payload = RandomBytes(kBlock, 21);
+  DataPlaneClient::WriteOp write{kGoodLease, 12'345, payload};
+  st = (*client)->Write({&write, 1}, In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<std::byte> back(kBlock + 2);
+  DataPlaneClient::ReadOp read{kGoodLease, 12'344, back};
+  ASSERT_TRUE((*client)->Read({&read, 1}, nullptr, In(kLongMs)).ok());
+  EXPECT_EQ(back.front(), arena[12'344]);
+  EXPECT_EQ(back.back(), arena[12'345 + kBlock]);
+  EXPECT_EQ(0, std::memcmp(back.data() + 1, payload.data(), kBlock));
+
+  DataPlaneClient::WriteOp forbidden{kForbiddenLease, 0, payload};
+  EXPECT_EQ((*client)->Write({&forbidden, 1}, In(kLongMs)).code(), StatusCode::kPermissionDenied);
+}
+
+TEST_P(AcrossProcesses, NodeKilledMidTransferFailsWithinTheDeadline) {
+  ChildNode node(GetParam().tls, GetParam().mode, GetParam().own_region);
+  ASSERT_TRUE(node.ok());
+  auto client = DataPlaneClient::Connect(node.info(), {GetParam().mode, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Slow leases keep the node busy for seconds, so the kill lands mid-batch.
+  ReadPlan plan = MakeReads(64, GetParam().mode == Mode::kRma ? kGoodLease : kSlowLease, 30);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    node.Kill();
+  });
+  constexpr int kDeadlineMs = 3'000;
+  const Nanos start = Now();
+  Status st;
+  for (int i = 0; i < 20 && st.ok(); ++i) st = (*client)->Read(plan.ops, nullptr, In(kDeadlineMs));
+  killer.join();
+  if (GetParam().mode == Mode::kActiveMessage) {
+    EXPECT_TRUE(st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)
+        << st.ToString();
+    if (GetParam().tls == kTcp) {
+      EXPECT_EQ(st.code(), StatusCode::kUnavailable) << "tcp reports a dead peer";
+    }
+    // Deadline plus the endpoint teardown's grace.
+    EXPECT_LT(Now() - start, (kDeadlineMs + 2'500) * kNanosPerMilli);
+  }
+  // Whatever the first call saw, later calls never hang past their deadline.
+  const Nanos again = Now();
+  st = (*client)->Read(plan.ops, nullptr, In(1'000));
+  EXPECT_LT(Now() - again, 3'500 * kNanosPerMilli) << st.ToString();
+  if (GetParam().mode == Mode::kActiveMessage) {
+    EXPECT_FALSE(st.ok());
+  }
+}
+
+TEST_P(AcrossProcesses, NodeSurvivesAClientKilledMidTransfer) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  ServerInfo info = node.Info();
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string base = std::to_string(info.region_base);
+    std::string mode(ModeName(GetParam().mode));
+    execl("/proc/self/exe", "data_plane_test", "--data-plane-child-client",
+          Hex(info.worker_address).c_str(), Hex(info.packed_rkey).c_str(), base.c_str(),
+          Hex(info.host_id).c_str(), mode.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Kill it once it is moving bytes (or after 3 s, whatever it is doing).
+  for (int i = 0; i < 300; ++i) {
+    auto stats = node.server->stats();
+    if (stats.bytes_sent > 4 * kBlock || (GetParam().mode == Mode::kRma && i > 20)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status)) << "child client exited early: " << status;
+  // The node keeps serving others.
+  auto client = DataPlaneClient::Connect(info, {GetParam().mode, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ReadPlan plan = MakeReads(16, kGoodLease, 40);
+  Status st = (*client)->Read(plan.ops, nullptr, In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectReadMatches(plan, node.arena);
+  // And shuts down with whatever the dead client left in flight.
+  client->reset();
+  node.server.reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, AcrossProcesses,
+                         ::testing::Values(TransportMode{kTcp, Mode::kActiveMessage},
+                                           TransportMode{kTcp, Mode::kRma},
+                                           TransportMode{kShm, Mode::kActiveMessage},
+                                           TransportMode{kShm, Mode::kRma},
+                                           TransportMode{kShm, Mode::kRma, true}),
+                         Name);
+
+}  // namespace
+}  // namespace strata::dataplane
+
+int main(int argc, char** argv) {
+#if defined(__SANITIZE_THREAD__)
+  // UCX's memory-event hooks patch mmap/munmap and crash under TSan's
+  // interceptors; the data plane does not need them here. UCX reads the
+  // setting when it is loaded, so re-execute with it set.
+  if (std::getenv("UCX_MEM_EVENTS") == nullptr) {
+    setenv("UCX_MEM_EVENTS", "no", 1);
+    execv("/proc/self/exe", argv);
+  }
+#endif
+  if (argc == 4 && std::string_view(argv[1]) == "--data-plane-child-node") {
+    return strata::dataplane::RunChildNode(argv[2], argv[3]);
+  }
+  if (argc == 7 && std::string_view(argv[1]) == "--data-plane-child-client") {
+    return strata::dataplane::RunChildClient(argv + 2);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

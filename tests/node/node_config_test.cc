@@ -1,0 +1,125 @@
+// The node's config file, overrides and tokens file: what parses, and the
+// errors that name what is wrong.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "node/token_auth.h"
+#include "node_process.h"
+#include "strata/node.h"
+
+namespace strata {
+namespace {
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir("node-config") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(NodeConfigTest, ParsesEveryKindOfValue) {
+  const std::string path = WriteFile("node.yaml", R"(
+listen: 0.0.0.0:7070
+http_listen: 127.0.0.1:9100
+dram_bytes: 64GiB
+high_watermark: 0.9
+low_watermark: 0.8
+global_kv_ttl: 72h
+swa_ttl: 10m
+read_lease_ttl: 250ms
+write_lease_ttl: 30s
+eviction_policy: aslru
+tokens_file: /etc/strata/tokens
+data_plane_mode: am
+log_format: json
+)");
+  auto c = LoadNodeConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->listen, "0.0.0.0:7070");
+  EXPECT_EQ(c->dram_bytes, 64ull << 30);
+  EXPECT_DOUBLE_EQ(c->high_watermark, 0.9);
+  EXPECT_EQ(c->global_kv_ttl, Hours(72));
+  EXPECT_EQ(c->swa_ttl, Minutes(10));
+  EXPECT_EQ(c->read_lease_ttl, 250 * kNanosPerMilli);
+  EXPECT_EQ(c->eviction_policy, "aslru");
+  EXPECT_EQ(c->data_plane_mode, "am");
+  EXPECT_TRUE(ValidateNodeConfig(*c).ok());
+  EXPECT_EQ(c->tokens_file, "/etc/strata/tokens");  // absolute: kept
+
+  // Relative file names are relative to the config file.
+  auto rel =
+      LoadNodeConfig(WriteFile("rel.yaml", "tokens_file: tokens\ntls_cert_file: ../c.pem\n"));
+  ASSERT_TRUE(rel.ok());
+  const std::string dir = std::filesystem::path(testing::TempDir("node-config")).string();
+  EXPECT_EQ(rel->tokens_file, dir + "/tokens");
+  EXPECT_EQ(rel->tls_cert_file, std::filesystem::path(dir).parent_path().string() + "/c.pem");
+
+  ASSERT_TRUE(ApplyNodeConfigOverride(&*c, "dram_bytes=512MiB").ok());
+  EXPECT_EQ(c->dram_bytes, 512ull << 20);
+  EXPECT_EQ(ApplyNodeConfigOverride(&*c, "dram_byte=1").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApplyNodeConfigOverride(&*c, "noequals").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(NodeConfigTest, ErrorsNameTheProblem) {
+  auto typo = LoadNodeConfig(WriteFile("typo.yaml", "dram_byts: 1GiB\n"));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("unknown config key 'dram_byts'"), std::string::npos);
+  auto unit = LoadNodeConfig(WriteFile("unit.yaml", "dram_bytes: 1GB\n"));
+  ASSERT_FALSE(unit.ok());
+  EXPECT_NE(unit.status().message().find("dram_bytes"), std::string::npos);
+  auto duration = LoadNodeConfig(WriteFile("dur.yaml", "swa_ttl: soon\n"));
+  ASSERT_FALSE(duration.ok());
+  EXPECT_NE(duration.status().message().find("not a duration"), std::string::npos);
+  auto nested = LoadNodeConfig(WriteFile("nested.yaml", "listen: [a, b]\n"));
+  EXPECT_FALSE(nested.ok());
+  auto broken = LoadNodeConfig(WriteFile("broken.yaml", "listen: [unclosed\n"));
+  EXPECT_FALSE(broken.ok());
+  EXPECT_EQ(LoadNodeConfig("/nonexistent/strata.yaml").status().code(),
+            StatusCode::kInvalidArgument);
+
+  NodeConfig c;
+  EXPECT_NE(ValidateNodeConfig(c).message().find("tokens_file"), std::string::npos);
+  c.tokens_file = "/etc/strata/tokens";
+  EXPECT_TRUE(ValidateNodeConfig(c).ok());
+  c.tls_cert_file = "cert.pem";
+  EXPECT_FALSE(ValidateNodeConfig(c).ok());
+  c.tls_cert_file.clear();
+  c.low_watermark = 0.99;
+  EXPECT_FALSE(ValidateNodeConfig(c).ok());
+  c.low_watermark = 0.5;
+  c.data_plane_mode = "fast";
+  EXPECT_FALSE(ValidateNodeConfig(c).ok());
+}
+
+TEST(TokenTableTest, ParsesAndAuthenticates) {
+  const std::string text = "# tokens\n" + HashToken("alpha") + " tenant-a write\n\n" +
+                           HashToken("ops") + " * admin  # operator\n";
+  auto table = TokenTable::Parse(text, "tokens");
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(table->size(), 2u);
+  auto a = table->Authenticate("Bearer alpha");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->ns, "tenant-a");
+  EXPECT_EQ(a->role, Role::kWrite);
+  EXPECT_EQ(table->Authenticate("Bearer ops")->ns, "*");
+  EXPECT_EQ(table->Authenticate("").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(table->Authenticate("Basic alpha").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(table->Authenticate("Bearer ").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(table->Authenticate("Bearer beta").status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST(TokenTableTest, MalformedLinesFailTheLoadWithTheirLineNumber) {
+  const std::string good = HashToken("x");
+  for (const std::string& bad : std::vector<std::string>{
+           good + " tenant-a", good + " tenant-a owner", "sha1:abc tenant-a read",
+           good + " bad/namespace read", good + " * write", good + " a read extra",
+           good + " a read\n" + good + " b read"}) {
+    auto t = TokenTable::Parse("# header\n" + bad + "\n", "tokens");
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.status().message().find("tokens:"), std::string::npos) << t.status().ToString();
+  }
+  EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace strata

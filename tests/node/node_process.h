@@ -1,0 +1,192 @@
+// Runs a real strata-node process for a test: its own config, tokens file
+// and log in a temporary directory; stopped by SIGTERM or SIGKILL.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "node/token_auth.h"
+
+extern char** environ;
+
+namespace strata::testing {
+
+// Tokens every node test knows: namespace, role and the token itself.
+struct TestToken {
+  const char* token;
+  const char* ns;
+  const char* role;
+};
+inline constexpr TestToken kTokenA{"token-a", "tenant-a", "write"};
+inline constexpr TestToken kTokenB{"token-b", "tenant-b", "write"};
+inline constexpr TestToken kTokenReadA{"token-read-a", "tenant-a", "read"};
+inline constexpr TestToken kTokenAdminA{"token-admin-a", "tenant-a", "admin"};
+inline constexpr TestToken kTokenAdminB{"token-admin-b", "tenant-b", "admin"};
+inline constexpr TestToken kTokenOperator{"token-operator", "*", "admin"};
+
+inline std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string dir =
+      std::string(base ? base : "/tmp") + "/strata-" + name + "-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A port nobody listens on right now (for restarts on the same port).
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class NodeProcess {
+ public:
+  struct Options {
+    int port = 0;                       // 0: any
+    std::vector<std::string> settings;  // "key=value" config overrides
+  };
+
+  // Starts the node and waits for its "listening" line. On failure returns
+  // nullptr and puts the log in *error.
+  static std::unique_ptr<NodeProcess> Start(const std::string& dir, const Options& options,
+                                            std::string* error) {
+    std::unique_ptr<NodeProcess> n(new NodeProcess());
+    n->dir_ = dir;
+    n->log_path_ = dir + "/node-" + std::to_string(++Counter()) + ".log";
+    const std::string tokens = dir + "/tokens";
+    {
+      std::ofstream out(tokens);
+      for (const TestToken& t :
+           {kTokenA, kTokenB, kTokenReadA, kTokenAdminA, kTokenAdminB, kTokenOperator}) {
+        out << HashToken(t.token) << " " << t.ns << " " << t.role << "\n";
+      }
+    }
+    std::vector<std::string> args = {STRATA_NODE_BINARY,
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(options.port),
+                                     "--http-listen",
+                                     "127.0.0.1:0",
+                                     "--tokens-file",
+                                     tokens,
+                                     "--dram-bytes",
+                                     "256MiB",
+                                     "--set",
+                                     "shutdown_grace=2s"};
+    for (const std::string& s : options.settings) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, n->log_path_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int rc = posix_spawn(&n->pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      *error = "cannot spawn " + std::string(argv[0]);
+      return nullptr;
+    }
+    const std::regex listening(R"(listening grpc=(\d+) http=(\d+))");
+    for (int i = 0; i < 300; ++i) {  // up to 30 s: sanitizer builds start slowly
+      std::smatch m;
+      const std::string log = n->Log();
+      if (std::regex_search(log, m, listening)) {
+        n->grpc_port_ = std::stoi(m[1]);
+        n->http_port_ = std::stoi(m[2]);
+        return n;
+      }
+      int status = 0;
+      if (waitpid(n->pid_, &status, WNOHANG) == n->pid_) {
+        n->pid_ = 0;
+        *error = "strata-node exited at start:\n" + n->Log();
+        return nullptr;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    *error = "strata-node did not start in time:\n" + n->Log();
+    return nullptr;
+  }
+
+  ~NodeProcess() { Kill(); }
+
+  // SIGTERM and wait; returns the exit status (-1 if it had to be killed).
+  int Terminate(std::chrono::seconds patience = std::chrono::seconds(20)) {
+    if (pid_ == 0) return exit_status_;
+    kill(pid_, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() + patience;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return exit_status_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    Kill();
+    return -1;
+  }
+
+  void Kill() {
+    if (pid_ == 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+    exit_status_ = -1;
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  std::string uri() const { return "strata://127.0.0.1:" + std::to_string(grpc_port_); }
+  std::string target() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  NodeProcess() = default;
+  static int& Counter() {
+    static int n = 0;
+    return n;
+  }
+  std::string dir_, log_path_;
+  pid_t pid_ = 0;
+  int grpc_port_ = 0, http_port_ = 0;
+  int exit_status_ = 0;
+};
+
+}  // namespace strata::testing

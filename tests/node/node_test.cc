@@ -1,0 +1,688 @@
+// strata-node as users run it: a real process on loopback, reached through
+// OpenStore("strata://...") and raw gRPC calls. Covers round trips over
+// both data-plane modes, leases across the wire, a client killed while it
+// holds leases, abort after a partial write, SIGTERM during transfers and a
+// restart, tenant isolation, credentials, request limits, the admin calls,
+// /metrics and /healthz, and many concurrent clients.
+#include <httplib.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "node_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+class NodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = TempDir("node-test"); }
+  void TearDown() override {
+    node_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void StartNode(NodeProcess::Options options = {}) {
+    std::string error;
+    node_ = NodeProcess::Start(dir_, options, &error);
+    ASSERT_NE(node_, nullptr) << error;
+  }
+
+  std::string dir_;
+  std::unique_ptr<NodeProcess> node_;
+};
+
+void ExpectSameBytes(const Fetched& f, const Prompt& p, size_t blocks, bool swa) {
+  ASSERT_TRUE(f.outcome.status.ok()) << f.outcome.status.ToString();
+  ASSERT_EQ(f.outcome.blocks_ready, blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    ASSERT_EQ(f.blocks[b], p.blocks[b].bytes) << "block " << b;
+  }
+  ASSERT_EQ(f.outcome.swa_ready, swa);
+  if (swa) {
+    ASSERT_EQ(f.swa, p.swa.bytes);
+  }
+}
+
+void RoundTrip(const NodeProcess& node, const std::string& mode, uint32_t seed) {
+  auto store = Open(node, kTokenA.token, mode);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 4, seed);
+  CommitAll(*store, p);
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->blocks.size(), 4u);
+  ASSERT_TRUE(m->swa.has_value());
+  EXPECT_EQ(m->swa->boundary_blocks, 4u);
+  EXPECT_NE(m->lease, 0u);
+  const Fetched f = FetchAll(*store, *m);
+  ExpectSameBytes(f, p, 4, true);
+  // Every layer group of every block was announced, and the layer groups
+  // of the whole prefix in order.
+  size_t group_ready = 0;
+  std::vector<uint32_t> layer_groups;
+  for (const FetchEvent& e : f.events) {
+    if (e.type == FetchEvent::Type::kGroupReady) ++group_ready;
+    if (e.type == FetchEvent::Type::kLayerGroupDone) layer_groups.push_back(e.group);
+  }
+  EXPECT_EQ(group_ready, 4 * GlobalKv().groups.size());
+  ASSERT_EQ(layer_groups.size(), GlobalKv().groups.size());
+  for (size_t g = 0; g < layer_groups.size(); ++g) EXPECT_EQ(layer_groups[g], g);
+  EXPECT_TRUE(store->Abort(m->lease).ok());
+  EXPECT_EQ(NodeStats(node).read_leases(), 0u);
+}
+
+TEST_F(NodeTest, RoundTripActiveMessages) {
+  StartNode();
+  RoundTrip(*node_, "am", 1);
+}
+
+TEST_F(NodeTest, RoundTripRma) {
+  StartNode();
+  RoundTrip(*node_, "rma", 2);
+}
+
+TEST_F(NodeTest, RoundTripOverTcp) {
+  // Both processes see UCX_TLS: the node inherits this environment.
+  setenv("UCX_TLS", "tcp", 1);
+  StartNode();
+  RoundTrip(*node_, "auto", 3);
+  unsetenv("UCX_TLS");
+}
+
+TEST_F(NodeTest, FetchWithoutMatchLeaseTakesItsOwn) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 3, 4);
+  CommitAll(*store, p);
+  auto m = MatchPrompt(*store, p, /*lease=*/false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->lease, 0u);
+  ExpectSameBytes(FetchAll(*store, *m), p, 3, true);
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);  // the fetch's own lease ended
+}
+
+TEST_F(NodeTest, ReserveStagePublishAndAbortAfterPartialWrite) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 3, 5);
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(p, 0, 3, false)) blocks.push_back(c.block);
+
+  // Partial write, then abort: nothing becomes visible, nothing stays held.
+  auto r = store->Reserve(TestModel(), blocks);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NE(r->write_lease, 0u);
+  std::memcpy(r->blocks[0].buffer.data(), p.blocks[0].bytes.data(), p.blocks[0].bytes.size());
+  ASSERT_TRUE(store->Abort(r->write_lease).ok());
+  auto none = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->blocks.empty());
+  auto stats = NodeStats(*node_);
+  EXPECT_EQ(stats.reserved_entries(), 0u);
+  EXPECT_EQ(stats.write_leases(), 0u);
+  EXPECT_EQ(stats.used_bytes(), 0u);
+
+  // Reserve, write every buffer, publish with one bad checksum: the good
+  // block before it is visible, the bad one and its descendant are not.
+  r = store->Reserve(TestModel(), blocks);
+  ASSERT_TRUE(r.ok());
+  std::vector<uint64_t> checksums;
+  for (size_t b = 0; b < 3; ++b) {
+    std::memcpy(r->blocks[b].buffer.data(), p.blocks[b].bytes.data(), p.blocks[b].bytes.size());
+    checksums.push_back(p.blocks[b].checksum);
+  }
+  checksums[1] ^= 1;
+  auto published = store->Publish(r->write_lease, checksums);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  EXPECT_TRUE(published->blocks[0].ok());
+  EXPECT_EQ(published->blocks[1].code(), StatusCode::kChecksumMismatch);
+  EXPECT_FALSE(published->blocks[2].ok());
+  auto m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks.size(), 1u);
+}
+
+TEST_F(NodeTest, LeasesRenewAndExpireAcrossTheWire) {
+  StartNode({.port = 0, .settings = {"read_lease_ttl=1s"}});
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 2, 6);
+  CommitAll(*store, p, false);
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok());
+  ASSERT_NE(m->lease, 0u);
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_TRUE(store->RenewLease(m->lease, Seconds(1)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // Still live thanks to the renewal.
+  ExpectSameBytes(FetchAll(*store, *m), p, 2, false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const Status renew = store->RenewLease(m->lease, Seconds(1));
+  EXPECT_TRUE(renew.code() == StatusCode::kLeaseExpired || renew.code() == StatusCode::kNotFound)
+      << renew.ToString();
+  const Fetched late = FetchAll(*store, *m);
+  EXPECT_FALSE(late.outcome.status.ok());
+  EXPECT_EQ(late.outcome.blocks_ready, 0u);
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
+}
+
+TEST_F(NodeTest, LeasesOfAKilledClientExpire) {
+  // The client is a child process, forked before this process touches
+  // gRPC or UCX: it waits for the node's address, takes a read lease and a
+  // write lease, says so, and is killed with both held.
+  int go[2], ready[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(go[1]);
+    close(ready[0]);
+    int port = 0;
+    if (read(go[0], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    ClientOptions options;
+    options.token = kTokenA.token;
+    auto store = OpenStore("strata://127.0.0.1:" + std::to_string(port), options);
+    char ok = 'n';
+    if (store.ok()) {
+      const std::vector<uint32_t> tokens = Tokens(2 * 256, 7);
+      MatchRequest req;
+      req.model_id = TestModel();
+      req.tokens = tokens;
+      req.take_lease = true;
+      auto m = (*store)->Match(req);
+      CommitBlock fresh{m.ok() ? m->prefix_key : ChainKey{},
+                        StateKind::kGlobalKv,
+                        kV41GlobalKvLayoutId,
+                        MakeGlobalKvLayout(1).PayloadBytes(),
+                        {}};
+      fresh.key.bytes[0] ^= 0x5a;  // a block nobody committed
+      auto r = (*store)->Reserve(TestModel(), std::span<const CommitBlock>(&fresh, 1), 0);
+      if (m.ok() && m->lease != 0 && r.ok() && r->write_lease != 0) ok = 'y';
+    }
+    (void)!write(ready[1], &ok, 1);
+    pause();
+    _exit(0);
+  }
+  close(go[0]);
+  close(ready[1]);
+  StartNode({.port = 0, .settings = {"read_lease_ttl=1s", "write_lease_ttl=1s"}});
+  {
+    auto store = Open(*node_, kTokenA.token);
+    CommitAll(*store, MakePrompt(*store, 2, 7), false);
+  }
+  const int port = node_->grpc_port();
+  ASSERT_EQ(write(go[1], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  close(ready[0]);
+  close(go[1]);
+  EXPECT_EQ(ok, 'y');
+  auto stats = NodeStats(*node_);
+  EXPECT_EQ(stats.read_leases(), 1u);
+  EXPECT_EQ(stats.write_leases(), 1u);
+  EXPECT_EQ(stats.reserved_entries(), 1u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // Within a TTL plus a maintenance pass both are gone, and the space of
+  // the reservation is back.
+  for (int i = 0; i < 50; ++i) {
+    stats = NodeStats(*node_);
+    if (stats.read_leases() == 0 && stats.write_leases() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(stats.read_leases(), 0u);
+  EXPECT_EQ(stats.write_leases(), 0u);
+  EXPECT_EQ(stats.reserved_entries(), 0u);
+  EXPECT_EQ(stats.global_kv_entries(), 2u);
+}
+
+TEST_F(NodeTest, SigtermDuringTransfersThenRestart) {
+  const int port = FreePort();
+  StartNode({.port = port, .settings = {}});
+  auto writer = Open(*node_, kTokenA.token, "auto", Seconds(3));
+  auto reader = Open(*node_, kTokenA.token, "auto", Seconds(3));
+  const Prompt stored = MakePrompt(*writer, 4, 9);
+  CommitAll(*writer, stored);
+
+  // Readers and writers run while the node is told to stop. Every fetch
+  // that reports bytes ready must have exactly the committed bytes.
+  std::atomic<bool> stop{false};
+  std::atomic<int> good_fetches{0}, failed_calls{0}, wrong_bytes{0};
+  std::thread read_loop([&] {
+    while (!stop.load()) {
+      auto m = MatchPrompt(*reader, stored);
+      if (!m.ok()) {
+        ++failed_calls;
+        continue;
+      }
+      const Fetched f = FetchAll(*reader, *m);
+      for (uint32_t b = 0; b < f.outcome.blocks_ready; ++b) {
+        if (f.blocks[b] != stored.blocks[b].bytes) ++wrong_bytes;
+      }
+      if (f.outcome.status.ok()) ++good_fetches;
+      if (m->lease != 0) (void)reader->Abort(m->lease);
+    }
+  });
+  std::thread write_loop([&] {
+    for (uint32_t seed = 100; !stop.load(); ++seed) {
+      Prompt p;
+      p.tokens = Tokens(2 * 256, seed);
+      p.keys = {stored.keys[0]};
+      for (size_t b = 0; b < 2; ++b) {
+        p.keys.push_back(ChainKeys::Next(
+            p.keys.back(), std::span<const uint32_t>(p.tokens).subspan(b * 256, 256)));
+        p.blocks.push_back(MakePayload(GlobalKv(), seed * 10 + b));
+      }
+      auto payloads = Payloads(p, 0, 2, false);
+      if (!writer->Commit(TestModel(), payloads).ok()) ++failed_calls;
+    }
+  });
+  while (good_fetches.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(node_->Terminate(), 0) << node_->Log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  read_loop.join();
+  write_loop.join();
+  EXPECT_EQ(wrong_bytes.load(), 0);
+  EXPECT_GT(failed_calls.load(), 0);
+  const std::string log = node_->Log();
+  EXPECT_NE(log.find("event=node_stopped"), std::string::npos) << log;
+
+  // While it is down, calls fail with UNAVAILABLE (or run out their deadline).
+  auto down = MatchPrompt(*reader, stored);
+  ASSERT_FALSE(down.ok());
+  EXPECT_TRUE(down.status().code() == StatusCode::kUnavailable ||
+              down.status().code() == StatusCode::kDeadlineExceeded)
+      << down.status().ToString();
+
+  // Restarted on the same port, the same clients carry on: the store is
+  // empty (DRAM only) and takes new commits, and fetches verify.
+  StartNode({.port = port, .settings = {}});
+  Status last;
+  bool recovered = false;
+  for (int i = 0; i < 50 && !recovered; ++i) {
+    auto m = MatchPrompt(*reader, stored, false);
+    recovered = m.ok() && m->blocks.empty();
+    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(recovered);
+  CommitAll(*writer, stored);
+  auto m = MatchPrompt(*reader, stored);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectSameBytes(FetchAll(*reader, *m), stored, 4, true);
+}
+
+TEST_F(NodeTest, TenantsAreIsolated) {
+  StartNode();
+  auto a = Open(*node_, kTokenA.token);
+  auto b = Open(*node_, kTokenB.token);
+  const Prompt p = MakePrompt(*a, 2, 10);
+  CommitAll(*a, p);
+
+  // Same tokens, other namespace: other keys, no hit.
+  auto mb = MatchPrompt(*b, p);
+  ASSERT_TRUE(mb.ok());
+  EXPECT_TRUE(mb->blocks.empty());
+  // Even with A's keys in hand, B finds nothing.
+  MatchKeysRequest by_keys;
+  by_keys.model_id = TestModel();
+  by_keys.root = p.keys[0];
+  std::vector<ChainKey> keys(p.keys.begin() + 1, p.keys.end());
+  by_keys.keys = keys;
+  by_keys.take_lease = true;
+  auto stolen = b->MatchKeys(by_keys);
+  ASSERT_TRUE(stolen.ok());
+  EXPECT_TRUE(stolen->blocks.empty());
+
+  // B cannot use A's lease to fetch: the node checks the lease's owner.
+  auto ma = MatchPrompt(*a, p);
+  ASSERT_TRUE(ma.ok());
+  ASSERT_EQ(ma->blocks.size(), 2u);
+  auto bstore_am = Open(*node_, kTokenB.token, "am");
+  const Fetched f = FetchAll(*bstore_am, *ma);
+  EXPECT_FALSE(f.outcome.status.ok());
+  EXPECT_EQ(f.outcome.blocks_ready, 0u);
+  EXPECT_FALSE(bstore_am->RenewLease(ma->lease, 0).ok());
+  EXPECT_TRUE(bstore_am->Abort(ma->lease).ok());   // a no-op for B
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);  // A's lease still stands
+
+  // Admin calls act in the token's namespace only.
+  v1::InspectRequest inspect;
+  *inspect.mutable_entry() = [&] {
+    v1::EntryRef r;
+    r.set_key(std::string(reinterpret_cast<const char*>(p.keys[1].bytes.data()), 16));
+    r.set_kind(v1::GLOBAL_KV);
+    return r;
+  }();
+  auto call_inspect = [&](const char* token, const std::string& ns) {
+    v1::InspectRequest req = inspect;
+    req.set_namespace_(ns);
+    v1::EntryInfo info;
+    return RawCall(*node_, token, [&](auto ch, grpc::ClientContext* ctx) {
+      return v1::Admin::NewStub(ch)->Inspect(ctx, req, &info);
+    });
+  };
+  EXPECT_TRUE(call_inspect(kTokenAdminA.token, "").ok());
+  EXPECT_EQ(call_inspect(kTokenAdminB.token, "").code(), StatusCode::kNotFound);
+  EXPECT_EQ(call_inspect(kTokenAdminB.token, "tenant-a").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(call_inspect(kTokenA.token, "").code(), StatusCode::kPermissionDenied);  // not admin
+  EXPECT_TRUE(call_inspect(kTokenOperator.token, "tenant-a").ok());
+  EXPECT_EQ(call_inspect(kTokenOperator.token, "").code(), StatusCode::kInvalidArgument);
+
+  // Evicting from B's namespace leaves A's entries alone.
+  v1::EvictRequest evict;
+  evict.mutable_filter();
+  v1::EvictResponse evicted;
+  ASSERT_TRUE(RawCall(*node_, kTokenAdminB.token, [&](auto ch, grpc::ClientContext* ctx) {
+                return v1::Admin::NewStub(ch)->Evict(ctx, evict, &evicted);
+              }).ok());
+  EXPECT_EQ(evicted.evicted(), 0u);
+  auto still = MatchPrompt(*a, p, false);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->blocks.size(), 2u);
+}
+
+TEST_F(NodeTest, CredentialsAndRoles) {
+  StartNode();
+  // No token, a wrong token: UNAUTHENTICATED, from OpenStore and raw calls.
+  ClientOptions none;
+  none.token = "not-a-token";
+  auto bad = OpenStore(node_->uri(), none);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnauthenticated);
+  v1::StatsResponse stats;
+  auto stats_call = [&](auto ch, grpc::ClientContext* ctx) {
+    return v1::CacheStore::NewStub(ch)->Stats(ctx, v1::StatsRequest(), &stats);
+  };
+  EXPECT_EQ(RawCall(*node_, nullptr, stats_call).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(RawCall(*node_, "", stats_call).code(), StatusCode::kUnauthenticated);
+
+  // A read token matches and fetches but cannot write.
+  auto writer = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*writer, 2, 11);
+  CommitAll(*writer, p, false);
+  auto reader = Open(*node_, kTokenReadA.token);
+  auto m = MatchPrompt(*reader, p);
+  ASSERT_TRUE(m.ok());
+  ExpectSameBytes(FetchAll(*reader, *m), p, 2, false);
+  const Prompt q = MakePrompt(*writer, 1, 12);
+  auto payloads = Payloads(q, 0, 1, false);
+  auto denied = reader->Commit(TestModel(), payloads);
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
+
+  // The operator token is for admin calls only.
+  ClientOptions op;
+  op.token = kTokenOperator.token;
+  auto op_store = OpenStore(node_->uri(), op);
+  ASSERT_FALSE(op_store.ok());
+  EXPECT_EQ(op_store.status().code(), StatusCode::kPermissionDenied);
+}
+
+TEST_F(NodeTest, OversizedAndMalformedRequestsAreRejected) {
+  StartNode();
+  auto match = [&](const v1::MatchRequest& req) {
+    v1::MatchResponse resp;
+    return RawCall(*node_, kTokenA.token, [&](auto ch, grpc::ClientContext* ctx) {
+      return v1::CacheStore::NewStub(ch)->Match(ctx, req, &resp);
+    });
+  };
+  v1::MatchRequest req;
+  req.set_model_id(std::string(16, 'm'));
+  req.set_root_key(std::string(16, 'r'));
+  req.set_block_tokens(256);
+  for (int i = 0; i < 4097; ++i) req.add_keys(std::string(16, 'k'));
+  EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
+  req.clear_keys();
+  req.add_keys("short");
+  EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
+  req.clear_keys();
+  req.set_block_tokens(0);
+  EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
+  req.set_block_tokens(256);
+  req.set_lease_ttl_ms(3'600'000);
+  EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
+  req.set_lease_ttl_ms(0);
+  req.set_model_id("");
+  EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
+
+  v1::ReserveRequest reserve;
+  reserve.set_model_id(std::string(16, 'm'));
+  v1::CommitBlock* b = reserve.add_blocks();
+  b->set_key(std::string(16, 'k'));
+  b->set_kind(v1::GLOBAL_KV);
+  b->set_layout_id(kV41GlobalKvLayoutId);
+  b->set_payload_bytes(1ull << 40);  // far beyond one entry's limit
+  v1::ReserveResponse reserved;
+  EXPECT_EQ(RawCall(*node_, kTokenA.token,
+                    [&](auto ch, grpc::ClientContext* ctx) {
+                      return v1::CacheStore::NewStub(ch)->Reserve(ctx, reserve, &reserved);
+                    })
+                .code(),
+            StatusCode::kInvalidArgument);
+  b->set_payload_bytes(GlobalKv().PayloadBytes());
+  b->set_kind(static_cast<v1::StateKind>(77));
+  EXPECT_EQ(RawCall(*node_, kTokenA.token,
+                    [&](auto ch, grpc::ClientContext* ctx) {
+                      return v1::CacheStore::NewStub(ch)->Reserve(ctx, reserve, &reserved);
+                    })
+                .code(),
+            StatusCode::kInvalidArgument);
+  // A request over gRPC's size limit never reaches a handler.
+  v1::PublishRequest huge;
+  for (int i = 0; i < 600'000; ++i) huge.add_checksums(i);
+  v1::PublishResponse published;
+  EXPECT_FALSE(RawCall(*node_, kTokenA.token, [&](auto ch, grpc::ClientContext* ctx) {
+                 return v1::CacheStore::NewStub(ch)->Publish(ctx, huge, &published);
+               }).ok());
+  // The node is fine afterwards.
+  EXPECT_EQ(NodeStats(*node_).global_kv_entries(), 0u);
+}
+
+TEST_F(NodeTest, AdminListEvictPinAndDrain) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 3, 13);
+  const Prompt q = MakePrompt(*store, 2, 14);
+  CommitAll(*store, p);
+  CommitAll(*store, q, false);
+  auto admin = [&](const char* token, auto fn) {
+    return RawCall(*node_, token, [&](auto ch, grpc::ClientContext* ctx) {
+      return fn(v1::Admin::NewStub(ch).get(), ctx);
+    });
+  };
+  // List in pages of two: 6 entries (5 blocks + 1 SWA state), no repeats.
+  std::set<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    v1::ListEntriesRequest req;
+    req.set_page_size(2);
+    req.set_page_token(token);
+    v1::ListEntriesResponse resp;
+    ASSERT_TRUE(admin(kTokenAdminA.token, [&](auto* stub, grpc::ClientContext* ctx) {
+                  return stub->ListEntries(ctx, req, &resp);
+                }).ok());
+    for (const auto& e : resp.entries()) {
+      EXPECT_TRUE(seen.insert(e.key() + std::to_string(e.kind())).second);
+      EXPECT_EQ(e.namespace_(), "tenant-a");
+    }
+    token = resp.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(seen.size(), 6u);
+  EXPECT_EQ(pages, 3);
+
+  // Pin block 0 of q; evicting everything keeps it (not its child).
+  v1::PinRequest pin;
+  pin.mutable_entry()->set_key(
+      std::string(reinterpret_cast<const char*>(q.keys[1].bytes.data()), 16));
+  pin.mutable_entry()->set_kind(v1::GLOBAL_KV);
+  pin.set_ttl_s(60);
+  v1::PinResponse pinned;
+  ASSERT_TRUE(admin(kTokenAdminA.token, [&](auto* stub, grpc::ClientContext* ctx) {
+                return stub->Pin(ctx, pin, &pinned);
+              }).ok());
+  // Evict by prompt prefix, dry run first: p's blocks from block 1 down.
+  v1::EvictRequest by_prefix;
+  for (size_t k = 1; k <= 2; ++k) {
+    by_prefix.mutable_prefix()->add_keys(
+        std::string(reinterpret_cast<const char*>(p.keys[k].bytes.data()), 16));
+  }
+  by_prefix.set_dry_run(true);
+  v1::EvictResponse report;
+  ASSERT_TRUE(admin(kTokenAdminA.token, [&](auto* stub, grpc::ClientContext* ctx) {
+                return stub->Evict(ctx, by_prefix, &report);
+              }).ok());
+  EXPECT_EQ(report.evicted(), 2u);  // blocks 1 and 2 of p
+  auto m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks.size(), 3u);  // a dry run changes nothing
+  by_prefix.set_dry_run(false);
+  ASSERT_TRUE(admin(kTokenAdminA.token, [&](auto* stub, grpc::ClientContext* ctx) {
+                return stub->Evict(ctx, by_prefix, &report);
+              }).ok());
+  m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks.size(), 1u);
+
+  // Evict the whole namespace while a lease holds p's block 0: deferred.
+  auto leased = MatchPrompt(*store, p);
+  ASSERT_TRUE(leased.ok());
+  v1::EvictRequest all;
+  all.mutable_filter();
+  ASSERT_TRUE(admin(kTokenAdminA.token, [&](auto* stub, grpc::ClientContext* ctx) {
+                return stub->Evict(ctx, all, &report);
+              }).ok());
+  EXPECT_EQ(report.deferred(), 1u);
+  EXPECT_EQ(report.skipped_pinned(), 1u);
+  ASSERT_TRUE(store->Abort(leased->lease).ok());
+  auto mq = MatchPrompt(*store, q, false);
+  ASSERT_TRUE(mq.ok());
+  EXPECT_EQ(mq->blocks.size(), 1u);  // the pinned block stays, its child went
+
+  // Drain: operator only; new writes refused, reads go on, /healthz says so.
+  v1::DrainResponse drained;
+  EXPECT_EQ(admin(kTokenAdminA.token,
+                  [&](auto* stub, grpc::ClientContext* ctx) {
+                    return stub->Drain(ctx, v1::DrainRequest(), &drained);
+                  })
+                .code(),
+            StatusCode::kPermissionDenied);
+  ASSERT_TRUE(admin(kTokenOperator.token, [&](auto* stub, grpc::ClientContext* ctx) {
+                return stub->Drain(ctx, v1::DrainRequest(), &drained);
+              }).ok());
+  const Prompt r = MakePrompt(*store, 1, 15);
+  auto payloads = Payloads(r, 0, 1, false);
+  auto refused = store->Commit(TestModel(), payloads);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(MatchPrompt(*store, q, false)->blocks.size(), 1u);  // reads go on
+  httplib::Client http("127.0.0.1", node_->http_port());
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_TRUE(NodeStats(*node_).draining());
+}
+
+TEST_F(NodeTest, MetricsAndHealth) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 2, 16);
+  CommitAll(*store, p, false);
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok());
+  ExpectSameBytes(FetchAll(*store, *m), p, 2, false);
+  httplib::Client http("127.0.0.1", node_->http_port());
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("strata_node_rpc_total{method=\"Match\",code=\"OK\"}"),
+            std::string::npos)
+      << metrics->body.substr(0, 2000);
+  EXPECT_NE(metrics->body.find("strata_hit_tokens_total 512"), std::string::npos);
+  EXPECT_NE(metrics->body.find("strata_node_rpc_seconds_bucket"), std::string::npos);
+}
+
+TEST_F(NodeTest, TlsControlPlane) {
+  const std::string cert = dir_ + "/cert.pem", key = dir_ + "/key.pem";
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
+      key + " -out " + cert + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "openssl cannot make a test certificate";
+  StartNode({.port = 0, .settings = {"tls_cert_file=" + cert, "tls_key_file=" + key}});
+  ClientOptions tls;
+  tls.token = kTokenA.token;
+  tls.tls_root_certs_file = cert;
+  auto store = OpenStore(node_->uri(), tls);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const Prompt p = MakePrompt(**store, 2, 18);
+  CommitAll(**store, p);
+  auto m = MatchPrompt(**store, p);
+  ASSERT_TRUE(m.ok());
+  ExpectSameBytes(FetchAll(**store, *m), p, 2, true);
+  // A plaintext client cannot talk to a TLS node.
+  ClientOptions plain;
+  plain.token = kTokenA.token;
+  plain.timeout = Seconds(2);
+  auto refused = OpenStore(node_->uri(), plain);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+}
+
+TEST_F(NodeTest, ManyConcurrentClients) {
+  StartNode();
+  constexpr int kClients = 8;
+  constexpr int kRounds = 4;
+  auto seed_store = Open(*node_, kTokenA.token);
+  const Prompt shared = MakePrompt(*seed_store, 2, 17);
+  CommitAll(*seed_store, shared);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto store =
+          Open(*node_, c % 2 == 0 ? kTokenA.token : kTokenB.token, c % 4 < 2 ? "am" : "rma");
+      if (store == nullptr) {
+        ++failures;
+        return;
+      }
+      for (int r = 0; r < kRounds; ++r) {
+        const Prompt own = MakePrompt(*store, 2, 1000 + c * 100 + r);
+        auto payloads = Payloads(own, 0, 2, true);
+        auto committed = store->Commit(TestModel(), payloads);
+        if (!committed.ok() || committed->published != 3) ++failures;
+        for (const Prompt* p : {&own, &shared}) {
+          auto m = MatchPrompt(*store, *p);
+          if (!m.ok()) {
+            ++failures;
+            continue;
+          }
+          const bool mine = p == &own || c % 2 == 0;  // B cannot see A's shared prompt
+          if (m->blocks.size() != (mine ? 2u : 0u)) ++failures;
+          const Fetched f = FetchAll(*store, *m);
+          if (!f.outcome.status.ok()) ++failures;
+          for (uint32_t b = 0; b < f.outcome.blocks_ready; ++b) {
+            if (f.blocks[b] != p->blocks[b].bytes) ++failures;
+          }
+          if (m->lease != 0 && !store->Abort(m->lease).ok()) ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const auto stats = NodeStats(*node_);
+  EXPECT_EQ(stats.read_leases(), 0u);
+  EXPECT_EQ(stats.write_leases(), 0u);
+  EXPECT_EQ(stats.global_kv_entries(), 2u + kClients * kRounds * 2u);
+}
+
+}  // namespace
+}  // namespace strata::testing

@@ -1,0 +1,400 @@
+// The store with an SSD tier: write-back, SSD hits in match, promotion on
+// fetch (one read per entry under concurrency), restart, corrupt SSD data.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "strata/cache_store.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::kTinyBlockTokens;
+using testing::TestModel;
+using testing::TinyGlobalLayout;
+using testing::TinySwaLayout;
+using testing::Tokens;
+
+class SsdStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = "/var/tmp/strata-ssd-store-XXXXXX";
+    dir_ = ::mkdtemp(tmpl.data());
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  CacheStoreOptions Options() {
+    CacheStoreOptions o;
+    o.dram.capacity_bytes = 1 << 20;
+    o.dram.granule_bytes = 4096;  // O_DIRECT straight into the arena
+    o.dram.prefault = false;
+    o.dram.try_huge_pages = false;
+    o.maintenance_interval = 0;
+    o.clock = &clock_;
+    o.index_shards = 8;
+    o.extra_layouts = {TinyGlobalLayout(), TinySwaLayout()};
+    SsdTierOptions ssd;
+    ssd.dir = dir_ + "/ssd";
+    ssd.capacity_bytes = 16 << 20;
+    ssd.queue_depth = 8;
+    ssd.rings = 2;
+    ssd.io_buffer_bytes = 64 << 10;
+    ssd.clock = &clock_;
+    o.ssd = ssd;
+    return o;
+  }
+  void Open(const CacheStoreOptions& o) {
+    store_.reset();
+    store_ = CacheStore::Open(o).value();
+  }
+  void Open() { Open(Options()); }
+
+  std::vector<ChainKey> Keys(std::span<const uint32_t> tokens) const {
+    return ChainKeys::ForPrompt({who_.ns, TestModel(), ""}, tokens, kTinyBlockTokens).value();
+  }
+  std::vector<testing::Payload> Commit(std::span<const uint32_t> tokens) {
+    const std::vector<ChainKey> keys = Keys(tokens);
+    std::vector<testing::Payload> payloads;
+    std::vector<CommitPayload> commit;
+    payloads.reserve(keys.size());
+    commit.reserve(keys.size());
+    for (const ChainKey& k : keys) {
+      payloads.push_back(testing::MakePayload(TinyGlobalLayout(), k.Prefix64()));
+    }
+    for (size_t b = 0; b < keys.size(); ++b) {
+      CommitBlock cb{keys[b], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                     TinyGlobalLayout().PayloadBytes(), std::nullopt};
+      if (b > 0) cb.parent = keys[b - 1];
+      commit.push_back({cb, payloads[b].bytes, payloads[b].checksum});
+    }
+    auto r = store_->Commit(who_, TestModel(), commit);
+    EXPECT_TRUE(r.ok() && r->published == keys.size());
+    return payloads;
+  }
+  MatchResult Match(std::span<const uint32_t> tokens, bool lease = false) {
+    MatchRequest req;
+    req.model_id = TestModel();
+    req.tokens = tokens;
+    req.block_tokens = kTinyBlockTokens;
+    req.take_lease = lease;
+    return store_->Match(who_, req).value();
+  }
+  FetchOutcome Fetch(const MatchResult& m, std::vector<std::vector<std::byte>>* out) {
+    out->assign(m.blocks.size(), {});
+    FetchRequest req;
+    req.match = &m;
+    for (size_t b = 0; b < m.blocks.size(); ++b) {
+      (*out)[b].resize(m.blocks[b].payload_bytes);
+      req.block_buffers.emplace_back((*out)[b]);
+    }
+    return store_->Fetch(who_, req).Wait();
+  }
+  void ExpectInvariants() {
+    Status st = store_->CheckInvariantsForTesting();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+
+  std::string dir_;
+  ManualClock clock_;
+  Principal who_{"tenant-a", Role::kAdmin};
+  std::unique_ptr<CacheStore> store_;
+};
+
+TEST_F(SsdStoreTest, WrittenBackBlocksAreServedAfterRestart) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(8 * kTinyBlockTokens, 1);
+  const std::vector<testing::Payload> payloads = Commit(tokens);
+  store_->FlushWriteBack();
+  StoreStats st = store_->Stats();
+  ASSERT_TRUE(st.ssd_enabled);
+  EXPECT_EQ(st.ssd.entries, 8u);
+  EXPECT_EQ(st.ssd_writeback_pending, 0u);
+
+  Open();  // a new process on the same data directory: DRAM is empty
+  MatchResult m = Match(tokens);
+  ASSERT_EQ(m.blocks.size(), 8u);
+  for (const BlockMatch& b : m.blocks) EXPECT_EQ(b.tier, Tier::kSsd);
+  std::vector<std::vector<std::byte>> out;
+  FetchOutcome f = Fetch(m, &out);
+  ASSERT_TRUE(f.status.ok()) << f.status.ToString();
+  EXPECT_EQ(f.blocks_ready, 8u);
+  for (size_t b = 0; b < 8; ++b) EXPECT_EQ(out[b], payloads[b].bytes) << b;
+  EXPECT_EQ(store_->Stats().ssd_promotions, 8u);
+  // Promoted: now DRAM hits, with the prefix tree rebuilt.
+  m = Match(tokens);
+  ASSERT_EQ(m.blocks.size(), 8u);
+  for (const BlockMatch& b : m.blocks) EXPECT_EQ(b.tier, Tier::kDram);
+  auto info = store_->Inspect(who_, m.blocks[3].key, StateKind::kGlobalKv);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->has_parent);
+  EXPECT_EQ(info->children, 1u);
+  ExpectInvariants();
+  // Nothing was written twice.
+  store_->FlushWriteBack();
+  EXPECT_EQ(store_->Stats().ssd.entries, 8u);
+}
+
+TEST_F(SsdStoreTest, MixedTiersWithALeaseFetchWhole) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(6 * kTinyBlockTokens, 2);
+  const std::vector<testing::Payload> payloads = Commit(tokens);
+  store_->FlushWriteBack();
+  Open();
+  // Promote the first two blocks, so the next match spans both tiers.
+  {
+    const std::vector<uint32_t> head(tokens.begin(), tokens.begin() + 2 * kTinyBlockTokens);
+    std::vector<std::vector<std::byte>> out;
+    ASSERT_TRUE(Fetch(Match(head), &out).status.ok());
+  }
+  MatchResult m = Match(tokens, /*lease=*/true);
+  ASSERT_EQ(m.blocks.size(), 6u);
+  EXPECT_EQ(m.blocks[1].tier, Tier::kDram);
+  EXPECT_EQ(m.blocks[2].tier, Tier::kSsd);
+  std::vector<std::vector<std::byte>> out;
+  FetchOutcome f = Fetch(m, &out);
+  ASSERT_TRUE(f.status.ok()) << f.status.ToString();
+  EXPECT_EQ(f.blocks_ready, 6u);
+  for (size_t b = 0; b < 6; ++b) EXPECT_EQ(out[b], payloads[b].bytes) << b;
+  ASSERT_TRUE(store_->Abort(who_, m.lease).ok());
+  ExpectInvariants();
+}
+
+TEST_F(SsdStoreTest, ConcurrentFetchesOfOneSsdEntryShareOneRead) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(3 * kTinyBlockTokens, 3);
+  const std::vector<testing::Payload> payloads = Commit(tokens);
+  store_->FlushWriteBack();
+  Open();
+  const MatchResult m = Match(tokens);
+  ASSERT_EQ(m.blocks.size(), 3u);
+  std::atomic<int> whole{0};
+  std::vector<std::thread> threads;
+  threads.reserve(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      std::vector<std::vector<std::byte>> out;
+      FetchOutcome f = Fetch(m, &out);
+      bool same = f.status.ok() && f.blocks_ready == 3;
+      for (size_t b = 0; same && b < 3; ++b) same = out[b] == payloads[b].bytes;
+      if (same) whole.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(whole.load(), 8);
+  EXPECT_EQ(store_->Stats().ssd_promotions, 3u);  // one read per entry, not per fetch
+  ExpectInvariants();
+}
+
+TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 4);
+  Commit(tokens);
+  store_->FlushWriteBack();
+  store_.reset();
+  {
+    // Flip one byte in every written extent's body; the data file holds
+    // nothing else.
+    SsdTierOptions o = *Options().ssd;
+    auto tier = SsdTier::Open(o).value();
+    const std::vector<ChainKey> keys = Keys(tokens);
+    const SsdEntryMeta meta = *tier->Lookup({who_.ns, TestModel(), keys[2], StateKind::kGlobalKv});
+    const std::string path = tier->DataFilePathForTesting(meta.file);
+    tier.reset();
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(meta.offset + meta.payload_bytes - 3), SEEK_SET);
+    const int c = std::fgetc(f);
+    std::fseek(f, static_cast<long>(meta.offset + meta.payload_bytes - 3), SEEK_SET);
+    std::fputc(c ^ 0x01, f);
+    std::fclose(f);
+  }
+  Open();
+  MatchResult m = Match(tokens);
+  ASSERT_EQ(m.blocks.size(), 4u);
+  std::vector<std::vector<std::byte>> out;
+  FetchOutcome f = Fetch(m, &out);
+  EXPECT_EQ(f.blocks_ready, 2u);  // the usable prefix ends before the bad block
+  EXPECT_FALSE(f.status.ok());
+  EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
+  m = Match(tokens);
+  EXPECT_EQ(m.blocks.size(), 2u);  // dropped: a miss from now on
+  ExpectInvariants();
+}
+
+TEST_F(SsdStoreTest, HitOnceAdmissionWritesBackOnlyHitEntries) {
+  CacheStoreOptions o = Options();
+  o.ssd_admission = CacheStoreOptions::SsdAdmission::kHitOnce;
+  Open(o);
+  const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 5);
+  Commit(tokens);
+  store_->FlushWriteBack();
+  EXPECT_EQ(store_->Stats().ssd.entries, 0u);
+  const std::vector<uint32_t> head(tokens.begin(), tokens.begin() + 2 * kTinyBlockTokens);
+  EXPECT_EQ(Match(head).blocks.size(), 2u);
+  store_->FlushWriteBack();
+  EXPECT_EQ(store_->Stats().ssd.entries, 2u);
+}
+
+TEST_F(SsdStoreTest, SwaStateStaysInDramUnlessConfigured) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(2 * kTinyBlockTokens, 6);
+  Commit(tokens);
+  const ChainKey boundary = Keys(tokens).back();
+  testing::Payload p = testing::MakePayload(TinySwaLayout(), 9, 5);
+  CommitPayload cp{{boundary, StateKind::kSwaState, testing::kTinySwaLayout,
+                    TinySwaLayout().PayloadBytes(), std::nullopt},
+                   p.bytes,
+                   p.checksum};
+  ASSERT_TRUE(store_->Commit(who_, TestModel(), std::span(&cp, 1)).ok());
+  store_->FlushWriteBack();
+  EXPECT_EQ(store_->Stats().ssd.entries, 2u);  // the two GLOBAL_KV blocks only
+  Open();
+  MatchResult m = Match(tokens);
+  EXPECT_EQ(m.blocks.size(), 2u);
+  EXPECT_FALSE(m.swa.has_value());
+}
+
+TEST_F(SsdStoreTest, TtlExpiresSsdEntries) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(2 * kTinyBlockTokens, 7);
+  Commit(tokens);
+  store_->FlushWriteBack();
+  Open();
+  EXPECT_EQ(Match(tokens).blocks.size(), 2u);
+  clock_.Advance(Hours(73));
+  EXPECT_EQ(Match(tokens).blocks.size(), 0u);
+  store_->RunMaintenance();
+  EXPECT_EQ(store_->Stats().ssd.entries, 0u);
+  EXPECT_EQ(store_->Stats().ssd.used_bytes, 0u);
+}
+
+TEST_F(SsdStoreTest, DeleteRemovesTheSsdCopy) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(3 * kTinyBlockTokens, 8);
+  Commit(tokens);
+  store_->FlushWriteBack();
+  ASSERT_TRUE(store_->Delete(who_, Keys(tokens)[1], StateKind::kGlobalKv).ok());
+  Open();
+  EXPECT_EQ(Match(tokens).blocks.size(), 1u);
+}
+
+// Promotion, DRAM eviction, commits and write-back all at once: every byte
+// a fetch reports ready is the byte committed.
+TEST_F(SsdStoreTest, ConcurrentPromotionsCommitsAndEvictions) {
+  CacheStoreOptions o = Options();
+  o.dram.capacity_bytes = 24 * 4096;  // 24 tiny blocks: constant eviction
+  o.ssd_writeback_batch = 4;
+  Open(o);
+  auto chain = [](int i) { return Tokens(6 * kTinyBlockTokens, static_cast<uint32_t>(100 + i)); };
+  auto commit = [&](const std::vector<uint32_t>& tokens) {
+    const std::vector<ChainKey> keys = Keys(tokens);
+    std::vector<testing::Payload> payloads;
+    std::vector<CommitPayload> blocks;
+    payloads.reserve(keys.size());
+    blocks.reserve(keys.size());
+    for (const ChainKey& k : keys) {
+      payloads.push_back(testing::MakePayload(TinyGlobalLayout(), k.Prefix64()));
+    }
+    for (size_t b = 0; b < keys.size(); ++b) {
+      CommitBlock cb{keys[b], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                     TinyGlobalLayout().PayloadBytes(), std::nullopt};
+      if (b > 0) cb.parent = keys[b - 1];
+      blocks.push_back({cb, payloads[b].bytes, payloads[b].checksum});
+    }
+    (void)store_->Commit(who_, TestModel(), blocks);  // may not fit: fine
+  };
+  constexpr int kChains = 12;  // 72 blocks through a 24-block DRAM tier
+  for (int i = 0; i < kChains; ++i) {
+    commit(chain(i));
+    store_->FlushWriteBack();
+  }
+  ASSERT_EQ(store_->Stats().ssd.entries, kChains * 6u);
+
+  std::atomic<uint64_t> verified{0}, wrong{0};
+  std::vector<std::thread> threads;
+  threads.reserve(5);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 2 * kChains; ++round) {
+        const std::vector<uint32_t> tokens = chain((round + 3 * t) % kChains);
+        const std::vector<ChainKey> keys = Keys(tokens);
+        MatchRequest req;
+        req.model_id = TestModel();
+        req.tokens = tokens;
+        req.block_tokens = kTinyBlockTokens;
+        req.take_lease = round % 2 == 0;
+        auto m = store_->Match(who_, req);
+        if (!m.ok()) continue;
+        std::vector<std::vector<std::byte>> out;
+        FetchOutcome f = Fetch(*m, &out);
+        for (uint32_t b = 0; b < f.blocks_ready; ++b) {
+          const auto expect = testing::MakePayload(TinyGlobalLayout(), keys[b].Prefix64());
+          (out[b] == expect.bytes ? verified : wrong).fetch_add(1);
+        }
+        (void)store_->Abort(who_, m->lease);
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = kChains; i < kChains + 8; ++i) commit(chain(i));  // new chains meanwhile
+  });
+  for (auto& t : threads) t.join();
+  store_->FlushWriteBack();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(verified.load(), 0u);
+  EXPECT_GT(store_->Stats().ssd_promotions, 0u);
+  ExpectInvariants();
+}
+
+// The SSD data directory on a 1 MiB tmpfs: write-back fails for lack of
+// space, SSD writes stop, and the DRAM tier serves everything regardless.
+TEST_F(SsdStoreTest, FullDiskStopsWriteBackAndDramKeepsServing) {
+  const std::string mnt = dir_ + "/mnt";
+  std::filesystem::create_directory(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  CacheStoreOptions o = Options();
+  o.dram.capacity_bytes = 8 << 20;
+  o.ssd->dir = mnt + "/ssd";
+  o.ssd->min_free_bytes = 256 << 10;  // headroom for the index
+  Open(o);
+  std::vector<std::vector<uint32_t>> prompts;
+  for (uint32_t i = 0; i < 40; ++i) {
+    prompts.push_back(Tokens(8 * kTinyBlockTokens, 1000 + i));  // 320 blocks of 4 KiB
+    Commit(prompts.back());
+  }
+  store_->FlushWriteBack();
+  const StoreStats st = store_->Stats();
+  EXPECT_GE(st.ssd.write_failures, 1u);
+  EXPECT_FALSE(st.ssd.writes_enabled);
+  EXPECT_LT(st.ssd.entries, 320u);
+  EXPECT_EQ(st.global_kv_entries, 320u);
+  for (const auto& p : prompts) {
+    const MatchResult m = Match(p);
+    ASSERT_EQ(m.blocks.size(), 8u);
+    std::vector<std::vector<std::byte>> out;
+    EXPECT_TRUE(Fetch(m, &out).status.ok());
+  }
+  ExpectInvariants();
+  store_.reset();  // close before unmounting
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,395 @@
+// The SSD tier on its own: round trips, crash safety between data and index,
+// checksum failures, TTL, watermarks, restart accounting, a full disk.
+#include "strata/ssd_tier.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under /var/tmp (disk-backed, O_DIRECT), removed after.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/var/tmp/strata-ssd-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+SsdKey Key(uint64_t i, StateKind kind = StateKind::kGlobalKv) {
+  SsdKey k;
+  k.ns = "tenant-" + std::to_string(i % 3);
+  for (size_t b = 0; b < 16; ++b) {
+    k.model_id.bytes[b] = static_cast<uint8_t>(b * 7);
+    k.chain.bytes[b] = static_cast<uint8_t>((i >> (8 * (b % 8))) + b);
+  }
+  k.kind = kind;
+  return k;
+}
+
+std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+// 4 KiB-aligned memory, for direct reads.
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t n) : size(SsdIoBytes(n)) {
+    data = static_cast<std::byte*>(std::aligned_alloc(kSsdBlockBytes, size));
+  }
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  std::span<std::byte> span() { return {data, size}; }
+  std::byte* data;
+  size_t size;
+};
+
+SsdTierOptions Options(const std::string& dir, uint64_t capacity = 64 << 20) {
+  SsdTierOptions o;
+  o.dir = dir;
+  o.capacity_bytes = capacity;
+  o.queue_depth = 8;
+  o.rings = 2;
+  o.io_buffer_bytes = 64 << 10;  // small, so large payloads span several I/Os
+  return o;
+}
+
+TEST(SsdTierTest, RandomPayloadsRoundTripAndSurviveRestart) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path());
+  o.data_files = 2;
+  std::mt19937_64 rng(42);
+  std::vector<std::vector<std::byte>> payloads;
+  for (int i = 0; i < 40; ++i) {
+    const size_t n = 1 + rng() % (300 << 10);  // 1 B .. 300 KiB, many chunkings
+    payloads.push_back(RandomBytes(n, rng()));
+  }
+  {
+    auto tier = SsdTier::Open(o).value();
+    std::vector<SsdWrite> writes;
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      writes.push_back({Key(i), payloads[i], 1000 + i, 7});
+    }
+    for (const Status& st : tier->WriteBatch(writes)) ASSERT_TRUE(st.ok()) << st.ToString();
+    // Rewriting is an idempotent no-op.
+    for (const Status& st : tier->WriteBatch(writes)) ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(tier->Stats().entries, payloads.size());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      std::vector<std::byte> out(payloads[i].size());  // unaligned: bounce path
+      ASSERT_TRUE(tier->Read({Key(i), out}).ok());
+      EXPECT_EQ(out, payloads[i]) << i;
+    }
+  }
+  auto tier = SsdTier::Open(o).value();
+  uint64_t used = 0;
+  for (const auto& p : payloads) used += SsdIoBytes(p.size());
+  EXPECT_EQ(tier->Stats().used_bytes, used);  // accounting rebuilt from the index
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  std::vector<SsdRead> reads;
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    bufs.push_back(std::make_unique<AlignedBuffer>(payloads[i].size()));
+    reads.push_back({Key(i), bufs.back()->span()});  // aligned: direct path
+  }
+  std::vector<Status> results = tier->ReadBatch(reads);
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].ToString();
+    EXPECT_EQ(0, std::memcmp(bufs[i]->data, payloads[i].data(), payloads[i].size())) << i;
+    const std::optional<SsdEntryMeta> meta = tier->Lookup(Key(i));
+    ASSERT_TRUE(meta.has_value());
+    EXPECT_EQ(meta->entry_checksum, 1000 + i);
+    EXPECT_EQ(meta->layout_id, 7u);
+    EXPECT_EQ(meta->payload_bytes, payloads[i].size());
+  }
+  EXPECT_EQ(tier->Read({Key(999), bufs[0]->span()}).code(), StatusCode::kNotFound);
+  std::vector<std::byte> small(1);
+  EXPECT_EQ(tier->Read({Key(0), small}).code(),
+            payloads[0].size() > 1 ? StatusCode::kInvalidArgument : StatusCode::kOk);
+}
+
+TEST(SsdTierTest, AlignedSourcesAreWrittenInPlace) {
+  TempDir dir;
+  auto tier = SsdTier::Open(Options(dir.path())).value();
+  std::vector<std::unique_ptr<AlignedBuffer>> sources;
+  std::vector<SsdWrite> writes;
+  for (uint64_t i = 0; i < 6; ++i) {
+    const size_t n = 5000 + i * 70000;  // below and above the bounce buffer size
+    const std::vector<std::byte> bytes = RandomBytes(n, i);
+    sources.push_back(std::make_unique<AlignedBuffer>(n));
+    std::memcpy(sources.back()->data, bytes.data(), n);
+    writes.push_back({Key(i), {sources.back()->data, n}, 0, 1, sources.back()->size});
+  }
+  for (const Status& st : tier->WriteBatch(writes)) ASSERT_TRUE(st.ok()) << st.ToString();
+  for (uint64_t i = 0; i < 6; ++i) {
+    std::vector<std::byte> out(writes[i].payload.size());
+    ASSERT_TRUE(tier->Read({Key(i), out}).ok());
+    EXPECT_EQ(0, std::memcmp(out.data(), writes[i].payload.data(), out.size())) << i;
+  }
+}
+
+TEST(SsdTierTest, BadOptionsAreRejected) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path());
+  o.queue_depth = 0;
+  EXPECT_EQ(SsdTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(dir.path());
+  o.io_buffer_bytes = 1000;
+  EXPECT_EQ(SsdTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o = Options("");
+  EXPECT_EQ(SsdTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(dir.path(), 100);
+  EXPECT_EQ(SsdTier::Open(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SsdTierTest, FlippedBitIsDetectedDroppedAndCounted) {
+  TempDir dir;
+  const std::vector<std::byte> payload = RandomBytes(10000, 1);
+  uint64_t offset = 0;
+  {
+    auto tier = SsdTier::Open(Options(dir.path())).value();
+    ASSERT_TRUE(tier->Write({Key(1), payload, 5, 1}).ok());
+    ASSERT_TRUE(tier->Write({Key(2), payload, 5, 1}).ok());
+    offset = tier->Lookup(Key(1))->offset;
+  }
+  {
+    const int fd = ::open((dir.path() + "/data-0.bin").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    std::byte b{};
+    ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(offset + 1234)), 1);
+    b ^= std::byte{0x10};
+    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(offset + 1234)), 1);
+    ::close(fd);
+  }
+  auto tier = SsdTier::Open(Options(dir.path())).value();
+  std::vector<std::byte> out(payload.size());
+  const Status st = tier->Read({Key(1), out});
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();  // a miss, never the bytes
+  EXPECT_EQ(tier->Stats().checksum_failures, 1u);
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_TRUE(tier->Read({Key(2), out}).ok());  // the neighbour is untouched
+  EXPECT_EQ(out, payload);
+  tier.reset();
+  tier = SsdTier::Open(Options(dir.path())).value();  // dropped for good
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(payload.size()));
+}
+
+// Runs in a child process: one batch completes, the next is killed
+// (SIGKILL) by the fault hook between its data write and its index write.
+[[noreturn]] void WriteThenDieBeforeIndex(const std::string& dir) {
+  static std::atomic<bool> die{false};
+  SsdTierOptions o = Options(dir);
+  o.before_index_write_hook = [] {
+    if (die.load()) ::kill(::getpid(), SIGKILL);
+  };
+  auto opened = SsdTier::Open(o);
+  if (!opened.ok()) ::_exit(2);
+  std::unique_ptr<SsdTier> tier = std::move(opened).value();
+  const std::vector<std::byte> a = RandomBytes(50000, 10);
+  if (!tier->Write({Key(10), a, 1, 1}).ok()) ::_exit(3);
+  die.store(true);
+  const std::vector<std::byte> b = RandomBytes(50000, 11);
+  std::vector<SsdWrite> batch = {{Key(11), b, 1, 1}, {Key(12), b, 1, 1}};
+  (void)tier->WriteBatch(batch);
+  ::_exit(4);  // not reached: the hook killed us
+}
+
+// The child's entry point: this binary re-executed with the directory in
+// STRATA_SSD_CRASH_DIR (exec, not a bare fork: the parent has threads).
+TEST(SsdTierCrashChild, WriteThenDie) {
+  const char* dir = std::getenv("STRATA_SSD_CRASH_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "runs only as the child of KillBetweenDataAndIndex";
+  WriteThenDieBeforeIndex(dir);
+}
+
+TEST(SsdTierTest, KillBetweenDataAndIndexLeavesNothingTorn) {
+  TempDir dir;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("STRATA_SSD_CRASH_DIR", dir.path().c_str(), 1);
+    ::execl("/proc/self/exe", "ssd_tier_test", "--gtest_filter=SsdTierCrashChild.WriteThenDie",
+            static_cast<char*>(nullptr));
+    ::_exit(5);  // exec failed
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  ASSERT_EQ(WTERMSIG(status), SIGKILL);
+
+  auto tier = SsdTier::Open(Options(dir.path())).value();
+  EXPECT_TRUE(tier->Contains(Key(10)));
+  EXPECT_FALSE(tier->Contains(Key(11)));  // data written, never indexed: invisible
+  EXPECT_FALSE(tier->Contains(Key(12)));
+  EXPECT_EQ(tier->Stats().entries, 1u);
+  EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(50000));  // their extents are free again
+  std::vector<std::byte> out(50000);
+  ASSERT_TRUE(tier->Read({Key(10), out}).ok());
+  EXPECT_EQ(out, RandomBytes(50000, 10));
+  // The space is reused and the new entries read back whole.
+  const std::vector<std::byte> c = RandomBytes(50000, 12);
+  ASSERT_TRUE(tier->Write({Key(11), c, 1, 1}).ok());
+  ASSERT_TRUE(tier->Read({Key(11), out}).ok());
+  EXPECT_EQ(out, c);
+}
+
+TEST(SsdTierTest, TtlExpiresEntriesAndFreesTheirSpace) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path());
+  o.clock = &clock;
+  o.ttl = Hours(72);
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(8192, 3);
+  ASSERT_TRUE(tier->Write({Key(1), p, 1, 1}).ok());
+  clock.Advance(Hours(71));
+  ASSERT_TRUE(tier->Write({Key(2), p, 1, 1}).ok());
+  EXPECT_EQ(tier->RunMaintenance(), 0u);
+  clock.Advance(Hours(2));
+  EXPECT_FALSE(tier->Contains(Key(1)));  // expired: a miss even before the sweep
+  std::vector<std::byte> out(p.size());
+  EXPECT_EQ(tier->Read({Key(1), out}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->RunMaintenance(), 1u);
+  EXPECT_EQ(tier->Stats().ttl_expired, 1u);
+  EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(p.size()));
+  // Rewriting an expired key replaces it and frees the old extent.
+  clock.Advance(Hours(72));
+  const std::vector<std::byte> q = RandomBytes(8192, 33);
+  ASSERT_TRUE(tier->Write({Key(2), q, 1, 1}).ok());
+  EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(q.size()));
+  ASSERT_TRUE(tier->Read({Key(2), out}).ok());
+  EXPECT_EQ(out, q);
+  tier.reset();
+  clock.Advance(Hours(73));  // Key(2) expires while the tier is closed
+  tier = SsdTier::Open(o).value();
+  EXPECT_EQ(tier->Stats().entries, 0u);
+  EXPECT_EQ(tier->Stats().used_bytes, 0u);
+}
+
+TEST(SsdTierTest, WatermarkEvictsLeastRecentlyUsedAndReusesSpace) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path(), 40 * 8192);  // 40 entries of 8 KiB
+  o.clock = &clock;
+  o.high_watermark = 0.9;
+  o.low_watermark = 0.5;
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(8000, 4);
+  for (uint64_t i = 0; i < 36; ++i) {
+    ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+    clock.Advance(Seconds(1));
+  }
+  tier->Touch(Key(0));  // recently used: kept
+  clock.Advance(Seconds(1));
+  ASSERT_TRUE(tier->Write({Key(100), p, 1, 1}).ok());  // crosses the high watermark
+  const SsdTierStats st = tier->Stats();
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_LE(st.used_bytes, 20u * 8192);
+  EXPECT_TRUE(tier->Contains(Key(0)));
+  EXPECT_TRUE(tier->Contains(Key(100)));
+  EXPECT_FALSE(tier->Contains(Key(1)));  // the oldest untouched went first
+  for (uint64_t i = 200; i < 260; ++i) ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+  const uint64_t used = tier->Stats().used_bytes;
+  const uint64_t entries = tier->Stats().entries;
+  EXPECT_LE(used, o.capacity_bytes);
+  tier.reset();
+  tier = SsdTier::Open(o).value();
+  EXPECT_EQ(tier->Stats().used_bytes, used);
+  EXPECT_EQ(tier->Stats().entries, entries);
+}
+
+TEST(SsdTierTest, ConcurrentReadersOfOneEntry) {
+  TempDir dir;
+  auto tier = SsdTier::Open(Options(dir.path())).value();
+  const std::vector<std::byte> p = RandomBytes(227840, 5);
+  ASSERT_TRUE(tier->Write({Key(1), p, 1, 1}).ok());
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  threads.reserve(6);
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        std::vector<std::byte> out(p.size());
+        if (tier->Read({Key(1), out}).ok() && out == p) good.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), 60);
+}
+
+// Data files on a 1 MiB tmpfs with a 16 MiB configured tier (the index on
+// the disk): writes hit ENOSPC, stop, and everything already stored keeps
+// being served. (Index and data on one full file system: ssd_store_test.)
+TEST(SsdTierTest, DiskFullStopsWritesAndKeepsServingReads) {
+  TempDir dir;
+  const std::string mnt = dir.path() + "/mnt";
+  fs::create_directory(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
+  }
+  ManualClock clock;
+  SsdTierOptions o = Options(mnt, 16 << 20);
+  o.index_dir = dir.path() + "/index";
+  o.clock = &clock;
+  o.min_free_bytes = 0;  // run into ENOSPC itself, not the free-space check
+  auto opened = SsdTier::Open(o);
+  // Detached at once: the open data file keeps the tmpfs alive, and nothing
+  // stays mounted whatever happens next.
+  ::umount2(mnt.c_str(), MNT_DETACH);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<SsdTier> tier = std::move(opened).value();
+  const std::vector<std::byte> p = RandomBytes(100000, 6);
+  uint64_t stored = 0;
+  Status last;
+  for (uint64_t i = 0; i < 40; ++i) {
+    last = tier->Write({Key(i), p, 1, 1});
+    if (!last.ok()) break;
+    ++stored;
+  }
+  EXPECT_EQ(last.code(), StatusCode::kUnavailable) << last.ToString();
+  EXPECT_GT(stored, 0u);
+  EXPECT_LT(stored, 40u);
+  SsdTierStats st = tier->Stats();
+  EXPECT_FALSE(st.writes_enabled);
+  EXPECT_GE(st.write_failures, 1u);
+  EXPECT_EQ(st.entries, stored);  // the failed write left nothing behind
+  EXPECT_EQ(st.used_bytes, stored * SsdIoBytes(p.size()));
+  // Stopped: refused without touching the disk.
+  EXPECT_EQ(tier->Write({Key(1000), p, 1, 1}).code(), StatusCode::kUnavailable);
+  std::vector<std::byte> out(p.size());
+  for (uint64_t i = 0; i < stored; ++i) {
+    ASSERT_TRUE(tier->Read({Key(i), out}).ok()) << i;
+    EXPECT_EQ(out, p);
+  }
+  clock.Advance(o.write_retry_interval);
+  ASSERT_TRUE(tier->Erase(Key(0)).ok());  // room again: the retry succeeds
+  EXPECT_TRUE(tier->Write({Key(2000), p, 1, 1}).ok());
+  EXPECT_TRUE(tier->Stats().writes_enabled);
+}
+
+}  // namespace
+}  // namespace strata

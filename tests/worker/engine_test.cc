@@ -1,0 +1,431 @@
+// The engine with the store in the request path (DESIGN §9): cold vs warm
+// bit-identity, encoder bounded replay against the masked reference, store
+// faults degrading to recomputation, aborts at every stage, and batch
+// invariance.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "node_process.h"
+#include "strata/client.h"
+#include "worker_test_util.h"
+
+namespace strata::worker {
+namespace {
+
+using testing::Attach;
+using testing::ExpectIdentical;
+using testing::NewCacheStore;
+using testing::Options;
+using testing::RunOne;
+using testing::RunResult;
+using testing::TinyModel;
+using testing::Tokens;
+
+// Turn 1 and turn 2 of a conversation: turn 2 extends turn 1's prompt.
+// With 256-token blocks and keep_tokens 140, turn 2 (906 tokens) decodes
+// from 512, so it can use both blocks turn 1 (600 tokens) committed, and
+// the SWA state turn 1 committed at its last prompt boundary (512).
+std::vector<uint32_t> Turn1() { return Tokens(600, 1); }
+std::vector<uint32_t> Turn2() {
+  std::vector<uint32_t> t = Turn1();
+  const std::vector<uint32_t> more = Tokens(306, 2);
+  t.insert(t.end(), more.begin(), more.end());
+  return t;
+}
+
+const Principal kAdmin{"default", Role::kAdmin};
+
+void ExpectStoreQuiet(const std::shared_ptr<CacheStore>& cache) {
+  const StoreStats s = cache->Stats();
+  EXPECT_EQ(s.read_leases, 0u);
+  EXPECT_EQ(s.write_leases, 0u);
+  EXPECT_EQ(s.reserved_entries, 0u);
+  EXPECT_TRUE(cache->CheckInvariantsForTesting().ok());
+}
+
+// The chain keys the engine derives for a prompt.
+std::vector<ChainKey> KeysFor(const std::vector<uint32_t>& prompt) {
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(TinyModel(), Options(nullptr));
+  EXPECT_TRUE(engine.ok());
+  Result<std::vector<ChainKey>> keys =
+      ChainKeys::ForPrompt(ChainRoot{"default", (*engine)->model_id(), ""}, prompt, 256);
+  EXPECT_TRUE(keys.ok());
+  return std::move(keys).value();
+}
+
+TEST(EngineTest, ColdAndWarmRunsAreBitIdentical) {
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  const RunResult fill = RunOne(Options(store.get()), Turn1());
+  EXPECT_EQ(fill.stats.hit_tokens, 0u);
+  EXPECT_EQ(fill.stats.committed_blocks, 2u);
+  EXPECT_GE(fill.stats.committed_swa, 2u);  // decoder start (256) and last boundary (512)
+
+  const RunResult warm = RunOne(Options(store.get()), Turn2());
+  EXPECT_EQ(warm.stats.hit_tokens, 512u);
+  EXPECT_TRUE(warm.stats.swa_hit);
+  EXPECT_EQ(warm.stats.replayed_tokens, 0u);
+  EXPECT_EQ(warm.stats.computed_tokens, 906u - 512u);
+  const RunResult cold = RunOne(Options(nullptr), Turn2());
+  EXPECT_EQ(cold.stats.computed_tokens, 906u);
+  ExpectIdentical(cold, warm);
+
+  // Rerunning turn 1 resumes exactly at its decoder start (SWA at 256).
+  const RunResult rerun = RunOne(Options(store.get()), Turn1());
+  EXPECT_EQ(rerun.stats.hit_tokens, 256u);
+  EXPECT_TRUE(rerun.stats.swa_hit);
+  ExpectIdentical(fill, rerun);
+  ExpectStoreQuiet(cache);
+}
+
+// Fills a fresh store with turn 1 and removes every SWA state, so turn 2
+// finds its global KV but must rebuild the rings by encoder bounded replay.
+std::shared_ptr<CacheStore> StoreWithoutSwa() {
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  (void)RunOne(Options(store.get()), Turn1());
+  const std::vector<ChainKey> keys = KeysFor(Turn1());
+  for (const ChainKey& k : keys) (void)cache->Delete(kAdmin, k, StateKind::kSwaState);
+  EXPECT_EQ(cache->Stats().swa_entries, 0u);
+  return cache;
+}
+
+TEST(EngineTest, SwaMissReplaysTheEncoderAndMatchesTheMaskedReference) {
+  auto cache_a = StoreWithoutSwa();
+  auto store_a = Attach(cache_a);
+  const RunResult replay = RunOne(Options(store_a.get()), Turn2());
+  EXPECT_EQ(replay.stats.hit_tokens, 512u);
+  EXPECT_FALSE(replay.stats.swa_hit);
+  EXPECT_EQ(replay.stats.replayed_tokens, 128u);
+
+  auto cache_b = StoreWithoutSwa();
+  auto store_b = Attach(cache_b);
+  EngineOptions masked = Options(store_b.get());
+  masked.masked_attention = true;
+  const RunResult reference = RunOne(masked, Turn2());
+  EXPECT_EQ(reference.stats.replayed_tokens, 128u);
+  ExpectIdentical(reference, replay);
+
+  // Bounded replay is an approximation of the exact path: report how far.
+  const RunResult exact = RunOne(Options(nullptr), Turn2());
+  double max_dev = 0;
+  for (size_t i = 0; i < exact.logits.size(); ++i) {
+    for (size_t v = 0; v < exact.logits[i].size(); ++v) {
+      const double d = std::fabs(double(exact.logits[i][v]) - replay.logits[i][v]);
+      ASSERT_TRUE(std::isfinite(d));
+      max_dev = std::max(max_dev, d);
+    }
+  }
+  size_t same = 0;
+  for (size_t i = 0; i < exact.tokens.size(); ++i) same += exact.tokens[i] == replay.tokens[i];
+  std::printf("bounded replay vs exact path: max |logit diff| %.6f, %zu/%zu tokens equal\n",
+              max_dev, same, exact.tokens.size());
+  ::testing::Test::RecordProperty("replay_max_logit_deviation", std::to_string(max_dev));
+  ExpectStoreQuiet(cache_a);
+  ExpectStoreQuiet(cache_b);
+}
+
+// A Store that forwards to a real in-process store and injects faults.
+class FaultyStore final : public Store {
+ public:
+  enum class Fault { kNone, kFetchCutAfterBlock1, kFetchDeadline, kCommitExhausted };
+  FaultyStore(Store& inner, Fault fault) : inner_(inner), fault_(fault) {}
+
+  Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
+  FetchFuture Fetch(const FetchRequest& r) override {
+    ++fetches;
+    if (fault_ == Fault::kFetchDeadline) {
+      FetchOutcome out;
+      out.status = DeadlineExceeded("injected: fetch timed out");
+      return FetchFuture::Ready(out);
+    }
+    if (fault_ == Fault::kFetchCutAfterBlock1 && r.block_buffers.size() > 1) {
+      // The real transfer of block 0 only, then the node "goes away".
+      FetchRequest first = r;
+      first.block_buffers.resize(1);
+      first.swa_buffer = {};
+      FetchOutcome out = inner_.Fetch(first).Wait();
+      out.swa_ready = false;
+      out.status = Unavailable("injected: node gone after block 0");
+      return FetchFuture::Ready(out);
+    }
+    return inner_.Fetch(r);
+  }
+  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
+                              Nanos ttl) override {
+    if (fault_ == Fault::kCommitExhausted) return ResourceExhausted("injected: store full");
+    return inner_.Reserve(m, b, ttl);
+  }
+  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
+    return inner_.Publish(l, c);
+  }
+  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
+    if (fault_ == Fault::kCommitExhausted) {
+      ++failed_commits;
+      return ResourceExhausted("injected: store full");
+    }
+    return inner_.Commit(m, p);
+  }
+  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
+  Status Abort(LeaseId l) override { return inner_.Abort(l); }
+
+  std::atomic<int> fetches{0};
+  std::atomic<int> failed_commits{0};
+
+ private:
+  Store& inner_;
+  Fault fault_;
+};
+
+class StoreFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cache_ = NewCacheStore();
+    store_ = Attach(cache_);
+    (void)RunOne(Options(store_.get()), Turn1());
+    cold_ = RunOne(Options(nullptr), Turn2());
+  }
+  void ExpectRecomputed(const RunResult& r) {
+    ExpectIdentical(cold_, r);
+    EXPECT_EQ(r.stats.hit_tokens, 0u);
+    EXPECT_EQ(r.stats.recomputed_tokens, 512u);
+    EXPECT_GE(r.stats.store_errors, 1u);
+    ExpectStoreQuiet(cache_);
+  }
+  std::shared_ptr<CacheStore> cache_;
+  std::unique_ptr<Store> store_;
+  RunResult cold_;
+};
+
+TEST_F(StoreFaultTest, FetchErrorMidPrefixRecomputesWithTheSameOutput) {
+  FaultyStore faulty(*store_, FaultyStore::Fault::kFetchCutAfterBlock1);
+  ExpectRecomputed(RunOne(Options(&faulty), Turn2()));
+  EXPECT_EQ(faulty.fetches, 1);
+}
+
+TEST_F(StoreFaultTest, FetchTimeoutRecomputesWithTheSameOutput) {
+  FaultyStore faulty(*store_, FaultyStore::Fault::kFetchDeadline);
+  ExpectRecomputed(RunOne(Options(&faulty), Turn2()));
+}
+
+TEST_F(StoreFaultTest, FlippedPayloadBitIsCaughtAndRecomputed) {
+  const std::vector<ChainKey> keys = KeysFor(Turn2());
+  std::span<std::byte> bytes =
+      cache_->MutablePayloadForTesting(kAdmin, keys[1], StateKind::kGlobalKv);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= std::byte{0x10};  // inside a layer group of block 1
+  ExpectRecomputed(RunOne(Options(store_.get()), Turn2()));
+}
+
+TEST_F(StoreFaultTest, CommitResourceExhaustedLosesNothing) {
+  auto fresh = NewCacheStore();
+  auto inner = Attach(fresh);
+  FaultyStore faulty(*inner, FaultyStore::Fault::kCommitExhausted);
+  const RunResult r = RunOne(Options(&faulty), Turn2());
+  ExpectIdentical(cold_, r);
+  EXPECT_GT(faulty.failed_commits, 0);
+  EXPECT_EQ(r.stats.committed_blocks, 0u);
+  EXPECT_EQ(fresh->Stats().global_kv_entries, 0u);
+  ExpectStoreQuiet(fresh);
+}
+
+// The real thing: a strata-node process holding turn 1, killed (SIGKILL)
+// the moment turn 2's fetch starts. Active messages only, so every byte
+// needs the node (an RMA mapping would outlive it on this host).
+class NodeKillingStore final : public Store {
+ public:
+  NodeKillingStore(Store& inner, ::strata::testing::NodeProcess& node)
+      : inner_(inner), node_(node) {}
+  Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
+  FetchFuture Fetch(const FetchRequest& r) override {
+    node_.Kill();
+    killed = true;
+    return inner_.Fetch(r);
+  }
+  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
+                              Nanos ttl) override {
+    return inner_.Reserve(m, b, ttl);
+  }
+  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
+    return inner_.Publish(l, c);
+  }
+  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
+    return inner_.Commit(m, p);
+  }
+  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
+  Status Abort(LeaseId l) override { return inner_.Abort(l); }
+  bool killed = false;
+
+ private:
+  Store& inner_;
+  ::strata::testing::NodeProcess& node_;
+};
+
+TEST(NodeFaultTest, NodeKilledMidFetchRecomputesWithTheSameOutput) {
+  const std::string dir = ::strata::testing::TempDir("worker-node");
+  std::string error;
+  auto node = ::strata::testing::NodeProcess::Start(dir, {}, &error);
+  ASSERT_NE(node, nullptr) << error;
+  ClientOptions co;
+  co.token = ::strata::testing::kTokenA.token;
+  co.data_plane_mode = "am";
+  co.timeout = Seconds(3);
+  auto remote = OpenStore(node->uri(), co);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  const RunResult first = RunOne(Options(remote->get()), Turn1());
+  EXPECT_GT(first.stats.committed_blocks, 0u);
+  const RunResult cold = RunOne(Options(nullptr), Turn2());
+  NodeKillingStore killer(**remote, *node);
+  const RunResult r = RunOne(Options(&killer), Turn2());
+  EXPECT_TRUE(killer.killed);
+  ExpectIdentical(cold, r);
+  EXPECT_EQ(r.stats.hit_tokens, 0u);
+  EXPECT_EQ(r.stats.recomputed_tokens, 512u);
+  EXPECT_GE(r.stats.store_errors, 1u);
+  std::filesystem::remove_all(dir);
+}
+
+class AbortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cache_ = NewCacheStore();
+    store_ = Attach(cache_);
+    (void)RunOne(Options(store_.get()), Turn1());
+    Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), Options(store_.get()));
+    ASSERT_TRUE(e.ok());
+    engine_ = std::move(e).value();
+  }
+  void Add(uint64_t id, std::vector<uint32_t> prompt, uint32_t max_new = 4) {
+    Request r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new;
+    ASSERT_TRUE(engine_->AddRequest(std::move(r)).ok());
+  }
+  void ExpectEverythingReturned() {
+    const EngineCounters c = engine_->Counters();
+    EXPECT_EQ(c.pool_pages_used, 0u);
+    EXPECT_EQ(c.pool_refs, 0u);
+    EXPECT_EQ(c.live_fetches, 0u);
+    EXPECT_EQ(c.held_leases, 0u);
+    EXPECT_EQ(c.running + c.queued, 0u);
+    EXPECT_TRUE(engine_->Idle());
+    ExpectStoreQuiet(cache_);
+  }
+  std::shared_ptr<CacheStore> cache_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(AbortTest, WhileQueued) {
+  Add(1, Turn2());
+  EXPECT_EQ(engine_->Counters().queued, 1u);
+  ASSERT_TRUE(engine_->AbortRequest(1).ok());
+  EXPECT_EQ(engine_->AbortRequest(1).code(), StatusCode::kNotFound);
+  ExpectEverythingReturned();
+}
+
+TEST_F(AbortTest, WhileFetching) {
+  Add(1, Tokens(700, 9));
+  (void)engine_->Step();  // request 1 is prefilling: other work for the next step
+  Add(2, Turn2());
+  (void)engine_->Step();  // request 2 admitted: match leased, fetch started, not yet computed
+  EngineCounters c = engine_->Counters();
+  EXPECT_EQ(c.live_fetches, 1u);
+  EXPECT_EQ(c.held_leases, 1u);
+  EXPECT_GT(c.pool_pages_used, 0u);
+  ASSERT_TRUE(engine_->AbortRequest(2).ok());
+  ASSERT_TRUE(engine_->AbortRequest(1).ok());
+  ExpectEverythingReturned();
+}
+
+TEST_F(AbortTest, WhilePrefilling) {
+  Add(1, Tokens(900, 5));
+  (void)engine_->Step();
+  EXPECT_EQ(engine_->Counters().running, 1u);
+  ASSERT_TRUE(engine_->AbortRequest(1).ok());
+  ExpectEverythingReturned();
+}
+
+TEST_F(AbortTest, WhileDecoding) {
+  Add(1, Turn2(), 50);
+  bool decoding = false;
+  while (!decoding) {
+    for (const StepOutput& o : engine_->Step()) decoding |= !o.new_tokens.empty();
+  }
+  (void)engine_->Step();
+  ASSERT_TRUE(engine_->AbortRequest(1).ok());
+  ExpectEverythingReturned();
+}
+
+TEST(EngineBatchTest, RequestInAMixedBatchEqualsItAlone) {
+  EngineOptions o = Options(nullptr);
+  o.max_batch_tokens = 300;  // other requests change where this one's chunks fall
+  const RunResult alone = RunOne(o, Turn2(), 8);
+
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  Engine& engine = **e;
+  const std::vector<std::pair<uint64_t, std::vector<uint32_t>>> reqs = {
+      {7, Tokens(60, 3)}, {1, Turn2()}, {8, Tokens(700, 4)}};
+  for (const auto& [id, prompt] : reqs) {
+    Request r;
+    r.id = id;
+    r.prompt = prompt;
+    r.max_new_tokens = id == 7 ? 40 : 8;  // 7 keeps decoding while 1 prefills
+    ASSERT_TRUE(engine.AddRequest(r).ok());
+  }
+  RunResult mixed;
+  for (StepOutput& out : engine.Drain()) {
+    if (out.id != 1) continue;
+    mixed.tokens.insert(mixed.tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
+    for (auto& l : out.logits) mixed.logits.push_back(std::move(l));
+  }
+  ExpectIdentical(alone, mixed);
+}
+
+TEST(EngineBatchTest, SeededSamplingIsReproducible) {
+  EngineOptions o = Options(nullptr);
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  std::vector<std::vector<uint32_t>> outs;
+  for (uint64_t id : {1, 2, 3}) {
+    Request r;
+    r.id = id;
+    r.prompt = Tokens(100, 1);
+    r.max_new_tokens = 12;
+    r.sampling = {1.0f, id == 3 ? 99u : 42u};
+    ASSERT_TRUE((*e)->AddRequest(r).ok());
+  }
+  std::map<uint64_t, std::vector<uint32_t>> got;
+  for (StepOutput& out : (*e)->Drain()) {
+    if (out.finished) got[out.id] = out.output_tokens;
+  }
+  EXPECT_EQ(got[1], got[2]);  // same seed, same tokens, batched together
+  EXPECT_NE(got[1], got[3]);
+}
+
+TEST(EngineBatchTest, BadRequestsAreRejected) {
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), Options(nullptr));
+  ASSERT_TRUE(e.ok());
+  Request r;
+  r.id = 1;
+  EXPECT_EQ((*e)->AddRequest(r).code(), StatusCode::kInvalidArgument);  // empty prompt
+  r.prompt = {1, 2, 300};
+  EXPECT_EQ((*e)->AddRequest(r).code(), StatusCode::kInvalidArgument);  // outside the vocab
+  r.prompt = {1, 2, 3};
+  ASSERT_TRUE((*e)->AddRequest(r).ok());
+  EXPECT_EQ((*e)->AddRequest(r).code(), StatusCode::kAlreadyExists);
+  EngineOptions bad = Options(nullptr);
+  bad.keep_tokens = 0;
+  EXPECT_FALSE(Engine::Create(TinyModel(), bad).ok());
+}
+
+}  // namespace
+}  // namespace strata::worker

@@ -1,0 +1,136 @@
+// The engine loop (DESIGN §9): continuous batching of chunked prefill and
+// decode over the mini V4.1 model, with the store in the request path:
+//
+//   match -> fetch (pipelined by layer group) -> encoder bounded replay if
+//   the SWA state is missing -> prefill of the uncached suffix (decoder on
+//   the last keep_tokens only) -> commit each completed block and the SWA
+//   state -> decode, committing blocks as they fill.
+//
+// Any store failure (fetch error, checksum mismatch, node gone, a full
+// store on commit) degrades to recomputation; where the exact path was
+// planned (SWA state hit) the output is the cold run's, bit for bit.
+//
+// Single-threaded: AddRequest, Step, AbortRequest and Drain are called from
+// one thread; fetches run on their own threads. Everything a step returns
+// is a copy: no pooled page or state escapes it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/chain_key.h"
+#include "strata/clock.h"
+#include "strata/status.h"
+#include "strata/store.h"
+#include "strata/worker/block_pool.h"
+#include "strata/worker/model.h"
+#include "strata/worker/sampler.h"
+
+namespace strata::worker {
+
+struct EngineOptions {
+  Store* store = nullptr;                   // null: no cache, every token computed
+  std::string weights_revision;             // feeds the model fingerprint
+  std::string chain_namespace = "default";  // feeds key[0]; the store separates tenants too
+  std::string chain_extra;                  // feeds key[0] (LoRA id, cache salt)
+  uint32_t keep_tokens = 140;               // decoder bounded replay
+  uint32_t max_batch_tokens = 512;          // prefill tokens per step, over all requests
+  uint32_t pool_pages = 256;                // block pool pages (one store block each)
+  Nanos lease_ttl = Seconds(30);
+  bool swa_every_block = false;   // commit SWA state at every boundary (more DRAM, exact
+                                  // resumption from any cached prefix)
+  bool use_store_reads = true;    // false: commit only (a cold run that fills the store)
+  bool masked_attention = false;  // the bounded-replay reference kernel
+  bool return_logits = false;     // copy each sampled token's logits into the output
+};
+
+struct Request {
+  uint64_t id = 0;
+  std::vector<uint32_t> prompt;
+  uint32_t max_new_tokens = 16;
+  SamplingParams sampling;
+};
+
+struct RequestStats {
+  uint64_t prompt_tokens = 0;
+  uint64_t matched_tokens = 0;     // global KV the store reported
+  uint64_t hit_tokens = 0;         // global KV fetched and used
+  bool swa_hit = false;            // SWA state fetched and used (exact path)
+  uint64_t replayed_tokens = 0;    // encoder bounded replay
+  uint64_t computed_tokens = 0;    // prompt tokens prefilled (incl. after a fallback)
+  uint64_t recomputed_tokens = 0;  // planned hits recomputed after a store failure
+  uint64_t committed_blocks = 0;   // GLOBAL_KV blocks published (or already present)
+  uint64_t committed_swa = 0;
+  uint64_t store_errors = 0;
+  double ttft_s = 0;
+  double total_s = 0;
+};
+
+struct StepOutput {
+  uint64_t id = 0;
+  std::vector<uint32_t> new_tokens;
+  std::vector<std::vector<float>> logits;  // per new token, with return_logits
+  bool finished = false;
+  bool aborted = false;
+  std::vector<uint32_t> output_tokens;  // all generated tokens, when finished
+  RequestStats stats;                   // final when finished
+};
+
+struct EngineCounters {
+  uint32_t pool_pages_used = 0;
+  uint64_t pool_refs = 0;
+  uint32_t live_fetches = 0;
+  uint32_t held_leases = 0;
+  uint32_t running = 0;
+  uint32_t queued = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const ModelWeights& model, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Status AddRequest(Request request);
+  // One batch: every decoding request advances one token, prefilling ones
+  // one chunk (chunks end at block boundaries), within max_batch_tokens.
+  std::vector<StepOutput> Step();
+  // Ends a request at any stage and returns its pages and leases.
+  Status AbortRequest(uint64_t id);
+  // Steps until every request has finished; returns all outputs in order.
+  std::vector<StepOutput> Drain();
+
+  bool Idle() const;
+  EngineCounters Counters() const;
+  const ModelId& model_id() const { return model_id_; }
+
+  struct Sequence;
+
+ private:
+  Engine(const ModelWeights& model, EngineOptions options);
+  void Admit(Sequence& seq);
+  void Restart(Sequence& seq, const std::string& why);
+  bool BeforeLayer(Sequence& seq, uint32_t layer);
+  void AfterChunk(Sequence& seq, int64_t end);
+  void CommitBlock(Sequence& seq, uint32_t block);
+  void CommitSwa(Sequence& seq, uint32_t boundary_blocks);
+  void ReleaseFetch(Sequence& seq);
+  void Release(Sequence& seq);
+  StepOutput Finish(Sequence& seq, bool aborted);
+
+  const ModelWeights& model_;
+  EngineOptions options_;
+  ModelId model_id_;
+  Layout global_layout_, swa_layout_;
+  std::vector<uint64_t> group_offset_;  // per source: offset of its group in a payload
+  BlockPool pool_;
+  std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::vector<uint64_t> order_;  // arrival order
+  SteadyClock clock_;
+};
+
+}  // namespace strata::worker

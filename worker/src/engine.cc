@@ -1,0 +1,586 @@
+#include "strata/worker/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kv_transfer.h"
+#include "strata/kernels/formats.h"
+#include "strata/worker/tokenizer.h"
+
+namespace strata::worker {
+namespace {
+
+constexpr uint32_t kMainBytes = kernels::kMainKv.Bytes();
+constexpr uint32_t kIndexBytes = kernels::kIndexerKey.Bytes();
+constexpr uint32_t kSlotBytes = kernels::kSwaFp8.Bytes();
+constexpr uint32_t kEntryBytes = kMainBytes + kIndexBytes;
+
+double SecondsBetween(Nanos a, Nanos b) { return static_cast<double>(b - a) / 1e9; }
+
+}  // namespace
+
+enum class Phase : uint8_t { kQueued, kPrefill, kDecode };
+
+struct Engine::Sequence {
+  Request req;
+  Phase phase = Phase::kQueued;
+  Nanos arrival = 0;
+  SequenceState state;
+  std::vector<uint32_t> tokens;  // prompt, then generated tokens
+  std::vector<ChainKey> keys;    // key[0..n]
+  int64_t cursor = 0;            // tokens whose global KV / rings are written
+  int64_t replay_begin = -1;     // pending encoder replay [replay_begin, hit boundary)
+  bool use_store = true;         // false after a fallback to full recompute
+  uint64_t committed_upto = 0;   // GLOBAL_KV blocks [0, committed_upto) are in the store
+  bool first_token_out = false;
+  std::vector<uint32_t> generated;
+  RequestStats stats;
+
+  // The fetch in flight (DESIGN §9 step 1).
+  MatchResult match;
+  uint32_t fetch_blocks = 0;  // planned usable prefix
+  bool fetch_swa = false;     // exact path: SWA state at the hit boundary
+  std::vector<uint32_t> fetch_pages;
+  std::vector<std::byte> swa_buffer;
+  std::unique_ptr<FetchJob> fetch;
+  std::vector<bool> group_loaded;
+  bool swa_loaded = false;
+  bool fetch_failed = false;  // a layer found its layer group missing
+  bool done = false;          // finished; removed at the end of the step
+};
+
+Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
+  STRATA_RETURN_IF_ERROR(model.config.Validate());
+  const ModelConfig& c = model.config;
+  // The model's sources must be the store's V4.1 global-KV layout, group
+  // for group, and its rings the V4.1 SWA layout.
+  const Layout global = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  if (global.groups.size() != c.sources.size() || global.block_tokens != c.block_tokens) {
+    return InvalidArgument("engine: model sources do not match the store's global-KV layout 1");
+  }
+  for (size_t s = 0; s < c.sources.size(); ++s) {
+    if (global.groups[s].name != c.sources[s].name ||
+        global.groups[s].bytes != uint64_t{c.block_tokens} / c.sources[s].stride * kEntryBytes) {
+      return InvalidArgument("engine: source '" + c.sources[s].name +
+                             "' does not match layout group '" + global.groups[s].name + "'");
+    }
+  }
+  if (c.Layers() != SwaShape{}.layers || c.window != SwaShape{}.window ||
+      c.ring_slots != SwaShape{}.Slots()) {
+    return InvalidArgument("engine: model rings do not match the store's SWA layout 2");
+  }
+  if (options.keep_tokens == 0) return InvalidArgument("engine: keep_tokens must be positive");
+  if (options.max_batch_tokens == 0) {
+    return InvalidArgument("engine: max_batch_tokens must be positive");
+  }
+  if (options.pool_pages == 0) return InvalidArgument("engine: pool_pages must be positive");
+  return std::unique_ptr<Engine>(new Engine(model, std::move(options)));
+}
+
+Engine::Engine(const ModelWeights& model, EngineOptions options)
+    : model_(model),
+      options_(std::move(options)),
+      global_layout_(MakeGlobalKvLayout(kV41GlobalKvLayoutId)),
+      swa_layout_(MakeSwaLayout(kV41SwaLayoutId)),
+      pool_(std::max(global_layout_.PayloadBytes(), swa_layout_.PayloadBytes()),
+            options_.pool_pages) {
+  ModelFingerprint fp;
+  fp.weights_revision = options_.weights_revision;
+  fp.tokenizer_version = ByteTokenizer::kVersion;
+  fp.chat_template_version = "none";
+  fp.kv_layout_version = kV41GlobalKvLayoutId;
+  fp.precision = "fp4-e2m1+mxfp8";
+  model_id_ = fp.Id();
+  uint64_t off = global_layout_.HeaderBytes();
+  for (const LayerGroup& g : global_layout_.groups) {
+    group_offset_.push_back(off);
+    off += g.bytes;
+  }
+}
+
+Engine::~Engine() {
+  for (auto& [id, seq] : seqs_) Release(*seq);
+}
+
+Status Engine::AddRequest(Request request) {
+  if (request.prompt.empty())
+    return InvalidArgument("request " + std::to_string(request.id) + ": empty prompt");
+  if (request.prompt.size() > kMaxPromptTokens) {
+    return InvalidArgument("request " + std::to_string(request.id) + ": prompt too long");
+  }
+  for (uint32_t t : request.prompt) {
+    if (t >= model_.config.vocab) {
+      return InvalidArgument("request " + std::to_string(request.id) + ": token " +
+                             std::to_string(t) + " outside the vocabulary");
+    }
+  }
+  if (request.max_new_tokens == 0) {
+    return InvalidArgument("request " + std::to_string(request.id) + ": max_new_tokens is 0");
+  }
+  if (seqs_.count(request.id)) {
+    return AlreadyExists("request " + std::to_string(request.id) + " already exists");
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->arrival = clock_.Now();
+  seq->tokens = request.prompt;
+  seq->stats.prompt_tokens = request.prompt.size();
+  seq->use_store = options_.store != nullptr;
+  seq->req = std::move(request);
+  order_.push_back(seq->req.id);
+  seqs_.emplace(seq->req.id, std::move(seq));
+  return Status::Ok();
+}
+
+// Plans a request: decoder start, chain keys, match, fetch, replay.
+void Engine::Admit(Sequence& seq) {
+  const ModelConfig& c = model_.config;
+  const uint32_t bt = c.block_tokens;
+  const int64_t t = static_cast<int64_t>(seq.req.prompt.size());
+  seq.phase = Phase::kPrefill;
+  seq.state.Init(c);
+  seq.cursor = 0;
+  seq.replay_begin = -1;
+  // Decoder bounded replay starts at a block boundary at least keep_tokens
+  // before the end, so a hit boundary never lies past it.
+  const int64_t keep_from = std::max<int64_t>(0, t - options_.keep_tokens);
+  seq.state.decoder_start = keep_from / bt * bt;
+
+  const ChainRoot root{options_.chain_namespace, model_id_, options_.chain_extra};
+  seq.keys.assign(1, ChainKeys::Root(root));
+  Result<std::vector<ChainKey>> keys = ChainKeys::ForPrompt(root, seq.req.prompt, bt);
+  if (keys.ok()) seq.keys.insert(seq.keys.end(), keys->begin(), keys->end());
+
+  // Only blocks before the decoder start are useful (the decoder needs the
+  // encoder's output from there on), so only they are matched: the store
+  // then reports the SWA state at the deepest boundary we can resume from.
+  const size_t wanted =
+      std::min<size_t>(seq.keys.size() - 1, static_cast<size_t>(seq.state.decoder_start / bt));
+  if (!seq.use_store || !options_.use_store_reads || wanted == 0) return;
+  MatchKeysRequest mr;
+  mr.model_id = model_id_;
+  mr.root = seq.keys[0];
+  mr.keys = std::span<const ChainKey>(seq.keys).subspan(1, wanted);
+  mr.block_tokens = bt;
+  mr.want_swa = true;
+  mr.take_lease = true;
+  mr.lease_ttl = options_.lease_ttl;
+  Result<MatchResult> match = options_.store->MatchKeys(mr);
+  if (!match.ok()) {
+    ++seq.stats.store_errors;
+    return;
+  }
+  seq.match = std::move(match).value();
+  seq.stats.matched_tokens = seq.match.hit_tokens();
+  uint32_t usable = std::min<uint32_t>(static_cast<uint32_t>(seq.match.blocks.size()),
+                                       static_cast<uint32_t>(seq.state.decoder_start / bt));
+  for (uint32_t b = 0; b < usable; ++b) {
+    if (seq.match.blocks[b].layout_id != kV41GlobalKvLayoutId ||
+        seq.match.blocks[b].payload_bytes != global_layout_.PayloadBytes()) {
+      usable = b;  // another layout: not ours to read
+      break;
+    }
+  }
+  // Pages for the fetched blocks; a full pool fetches a shorter prefix.
+  std::vector<std::span<std::byte>> buffers;
+  for (uint32_t b = 0; b < usable; ++b) {
+    Result<uint32_t> page = pool_.Allocate();
+    if (!page.ok()) {
+      usable = b;
+      break;
+    }
+    seq.fetch_pages.push_back(*page);
+    buffers.push_back(pool_.Page(*page).first(global_layout_.PayloadBytes()));
+  }
+  if (usable == 0) {
+    ReleaseFetch(seq);
+    return;
+  }
+  seq.fetch_blocks = usable;
+  seq.fetch_swa = seq.match.swa.has_value() && seq.match.swa->boundary_blocks == usable &&
+                  seq.match.swa->entry.layout_id == kV41SwaLayoutId &&
+                  seq.match.swa->entry.payload_bytes == swa_layout_.PayloadBytes();
+  FetchRequest fr;
+  fr.match = &seq.match;
+  fr.block_buffers = std::move(buffers);
+  if (seq.fetch_swa) {
+    seq.swa_buffer.assign(swa_layout_.PayloadBytes(), std::byte{0});
+    fr.swa_buffer = seq.swa_buffer;
+  }
+  // The transfer holds its own reference on each page it writes.
+  for (uint32_t p : seq.fetch_pages) pool_.Ref(p);
+  seq.group_loaded.assign(c.sources.size(), false);
+  seq.swa_loaded = false;
+  seq.fetch = std::make_unique<FetchJob>(*options_.store, std::move(fr),
+                                         static_cast<uint32_t>(c.sources.size()));
+
+  const int64_t boundary = int64_t{usable} * bt;
+  for (uint32_t s = 0; s < c.sources.size(); ++s) {
+    seq.state.Reserve(s, static_cast<uint64_t>(boundary) / c.sources[s].stride);
+  }
+  seq.cursor = boundary;
+  seq.stats.hit_tokens = static_cast<uint64_t>(boundary);
+  if (!seq.fetch_swa) {
+    // Encoder bounded replay: the last W tokens before the boundary rebuild
+    // the rings; local keys before them are invisible from now on.
+    seq.replay_begin = std::max<int64_t>(0, boundary - c.window);
+    seq.state.encoder_replay_start = seq.replay_begin;
+    seq.stats.replayed_tokens = static_cast<uint64_t>(boundary - seq.replay_begin);
+  }
+}
+
+// Waits for what layer `layer` reads; false when the fetch failed under it.
+bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
+  if (!seq.fetch) return true;
+  const ModelConfig& c = model_.config;
+  const uint32_t bt = c.block_tokens;
+  const uint32_t src = c.layers[layer].source;
+  if (!seq.group_loaded[src]) {
+    if (seq.fetch->WaitGroup(src) < seq.fetch_blocks) {
+      seq.fetch_failed = true;
+      return false;
+    }
+    // Group `src` of every block -> the contiguous entries the model reads.
+    const uint32_t per_block = bt / c.sources[src].stride;
+    for (uint32_t b = 0; b < seq.fetch_blocks; ++b) {
+      const std::byte* g = pool_.Page(seq.fetch_pages[b]).data() + group_offset_[src];
+      std::memcpy(&seq.state.main[src][uint64_t{b} * per_block * kMainBytes], g,
+                  uint64_t{per_block} * kMainBytes);
+      std::memcpy(&seq.state.index[src][uint64_t{b} * per_block * kIndexBytes],
+                  g + uint64_t{per_block} * kMainBytes, uint64_t{per_block} * kIndexBytes);
+    }
+    seq.group_loaded[src] = true;
+  }
+  if (seq.fetch_swa && !seq.swa_loaded) {
+    if (!seq.fetch->WaitSwa()) {
+      seq.fetch_failed = true;
+      return false;
+    }
+    const uint64_t ring_bytes = uint64_t{c.ring_slots} * kSlotBytes;
+    for (uint32_t l = 0; l < c.Layers(); ++l) {
+      // Decoder rings are rebuilt by decoder bounded replay; only the
+      // encoder's carry over.
+      if (c.IsDecoder(l)) continue;
+      std::memcpy(seq.state.rings[l].data(),
+                  seq.swa_buffer.data() + swa_layout_.HeaderBytes() + l * ring_bytes, ring_bytes);
+    }
+    seq.swa_loaded = true;
+    seq.stats.swa_hit = true;
+  }
+  return true;
+}
+
+void Engine::ReleaseFetch(Sequence& seq) {
+  if (seq.fetch) {
+    (void)seq.fetch->Finish();
+    seq.fetch.reset();
+    for (uint32_t p : seq.fetch_pages) pool_.Unref(p);  // the transfer's references
+  }
+  for (uint32_t p : seq.fetch_pages) pool_.Unref(p);
+  seq.fetch_pages.clear();
+  seq.swa_buffer.clear();
+  seq.swa_buffer.shrink_to_fit();
+  if (seq.match.lease != 0 && options_.store != nullptr) {
+    (void)options_.store->Abort(seq.match.lease);  // safe to repeat; expiry covers a failure
+    seq.match.lease = 0;
+  }
+}
+
+void Engine::Restart(Sequence& seq, const std::string& /*why*/) {
+  ++seq.stats.store_errors;
+  seq.stats.recomputed_tokens += seq.stats.hit_tokens;
+  seq.stats.hit_tokens = 0;
+  seq.stats.replayed_tokens = 0;
+  seq.stats.swa_hit = false;
+  ReleaseFetch(seq);
+  seq.fetch_blocks = 0;
+  seq.fetch_swa = false;
+  seq.fetch_failed = false;
+  seq.use_store = false;  // reads: the exact path is full recomputation now
+  seq.tokens.resize(seq.req.prompt.size());
+  Admit(seq);
+  seq.use_store = options_.store != nullptr;  // commits still go to the store
+}
+
+void Engine::CommitBlock(Sequence& seq, uint32_t block) {
+  const ModelConfig& c = model_.config;
+  const uint32_t bt = c.block_tokens;
+  while (seq.keys.size() < block + 2) {
+    const size_t i = seq.keys.size() - 1;  // derive key[i+1] from block i
+    seq.keys.push_back(ChainKeys::Next(seq.keys.back(),
+                                       std::span<const uint32_t>(seq.tokens).subspan(i * bt, bt)));
+  }
+  if (!seq.use_store || block < seq.committed_upto) return;
+  Result<uint32_t> page = pool_.Allocate();
+  if (!page.ok()) return;  // no staging page: the block is simply not cached
+  std::span<std::byte> payload = pool_.Page(*page).first(global_layout_.PayloadBytes());
+  for (uint32_t s = 0; s < c.sources.size(); ++s) {
+    const uint32_t per_block = bt / c.sources[s].stride;
+    std::byte* g = payload.data() + group_offset_[s];
+    std::memcpy(g, &seq.state.main[s][uint64_t{block} * per_block * kMainBytes],
+                uint64_t{per_block} * kMainBytes);
+    std::memcpy(g + uint64_t{per_block} * kMainBytes,
+                &seq.state.index[s][uint64_t{block} * per_block * kIndexBytes],
+                uint64_t{per_block} * kIndexBytes);
+  }
+  Result<uint64_t> checksum = SealPayload(global_layout_, bt, payload);
+  if (checksum.ok()) {
+    CommitPayload cp;
+    cp.block = {seq.keys[block + 1], StateKind::kGlobalKv, kV41GlobalKvLayoutId, payload.size(),
+                std::nullopt};
+    if (block > 0) cp.block.parent = seq.keys[block];
+    cp.bytes = payload;
+    cp.checksum = *checksum;
+    Result<PublishResult> r = options_.store->Commit(model_id_, std::span(&cp, 1));
+    if (r.ok() && r->blocks.size() == 1 && r->blocks[0].ok()) {
+      ++seq.stats.committed_blocks;
+      seq.committed_upto = block + 1;
+    } else {
+      ++seq.stats.store_errors;  // a full store or a missing parent: not cached, nothing lost
+    }
+  }
+  pool_.Unref(*page);
+}
+
+void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
+  const ModelConfig& c = model_.config;
+  if (!seq.use_store || boundary_blocks == 0 || seq.keys.size() <= boundary_blocks) return;
+  // Only state that descends from an exact prefix is worth sharing: after
+  // an encoder bounded replay the rings are approximate.
+  if (seq.state.encoder_replay_start != 0) return;
+  Result<uint32_t> page = pool_.Allocate();
+  if (!page.ok()) return;
+  std::span<std::byte> payload = pool_.Page(*page).first(swa_layout_.PayloadBytes());
+  const uint64_t ring_bytes = uint64_t{c.ring_slots} * kSlotBytes;
+  for (uint32_t l = 0; l < c.Layers(); ++l) {
+    std::memcpy(payload.data() + swa_layout_.HeaderBytes() + l * ring_bytes,
+                seq.state.rings[l].data(), ring_bytes);
+  }
+  const uint32_t live = static_cast<uint32_t>(
+      std::min<uint64_t>(uint64_t{boundary_blocks} * c.block_tokens, c.ring_slots));
+  Result<uint64_t> checksum = SealPayload(swa_layout_, live, payload);
+  if (checksum.ok()) {
+    CommitPayload cp;
+    cp.block = {seq.keys[boundary_blocks], StateKind::kSwaState, kV41SwaLayoutId, payload.size(),
+                std::nullopt};
+    cp.bytes = payload;
+    cp.checksum = *checksum;
+    Result<PublishResult> r = options_.store->Commit(model_id_, std::span(&cp, 1));
+    if (r.ok() && r->blocks.size() == 1 && r->blocks[0].ok()) {
+      ++seq.stats.committed_swa;
+    } else {
+      ++seq.stats.store_errors;
+    }
+  }
+  pool_.Unref(*page);
+}
+
+// After tokens up to `end` are written: commit a completed block, and the
+// SWA state at the prompt's last boundary or any boundary crossed in decode.
+void Engine::AfterChunk(Sequence& seq, int64_t end) {
+  const uint32_t bt = model_.config.block_tokens;
+  seq.cursor = end;
+  if (end % bt != 0) return;
+  const uint32_t block = static_cast<uint32_t>(end / bt) - 1;
+  CommitBlock(seq, block);
+  const int64_t prompt = static_cast<int64_t>(seq.req.prompt.size());
+  // SWA state where a later request can continue exactly: the prompt's
+  // last boundary, the decoder start (a rerun of the same prompt resumes
+  // there), and every boundary crossed in decode (the next turn's prefix).
+  const bool last_prompt_boundary = end == prompt / bt * bt;
+  if (last_prompt_boundary || end == seq.state.decoder_start || end > prompt ||
+      options_.swa_every_block) {
+    CommitSwa(seq, block + 1);
+  }
+}
+
+std::vector<StepOutput> Engine::Step() {
+  std::vector<StepOutput> outputs;
+  // Admission in arrival order. A request admitted now starts its fetch
+  // and joins the next step, its transfer overlapping this step's compute,
+  // unless there is nothing else to run.
+  std::vector<bool> admitted_now;
+  bool other_work = false;
+  for (uint64_t id : order_) {
+    Sequence& seq = *seqs_.at(id);
+    admitted_now.push_back(seq.phase == Phase::kQueued);
+    if (seq.phase == Phase::kQueued) {
+      Admit(seq);
+    } else {
+      other_work = true;
+    }
+  }
+  // Build the batch: decodes first (one token each), then prefill chunks.
+  std::vector<ForwardItem> items;
+  std::vector<Sequence*> owners;
+  std::vector<bool> is_replay;
+  uint32_t budget = options_.max_batch_tokens;
+  const uint32_t bt = model_.config.block_tokens;
+  for (uint64_t id : order_) {
+    Sequence& seq = *seqs_.at(id);
+    if (seq.phase != Phase::kDecode) continue;
+    ForwardItem item;
+    item.seq = &seq.state;
+    item.begin = seq.cursor;
+    item.tokens = std::span<const uint32_t>(seq.tokens).subspan(static_cast<size_t>(seq.cursor), 1);
+    item.want_logits = true;
+    items.push_back(item);
+    owners.push_back(&seq);
+    is_replay.push_back(false);
+  }
+  for (size_t k = 0; k < order_.size(); ++k) {
+    Sequence& seq = *seqs_.at(order_[k]);
+    if (seq.phase != Phase::kPrefill || budget == 0) continue;
+    if (admitted_now[k] && other_work && seq.fetch) continue;
+    ForwardItem item;
+    item.seq = &seq.state;
+    const int64_t prompt = static_cast<int64_t>(seq.req.prompt.size());
+    if (seq.replay_begin >= 0) {
+      item.begin = seq.replay_begin;
+      item.tokens = std::span<const uint32_t>(seq.tokens)
+                        .subspan(static_cast<size_t>(seq.replay_begin),
+                                 static_cast<size_t>(seq.cursor - seq.replay_begin));
+      item.write_global = false;
+      item.run_decoder = false;
+      is_replay.push_back(true);
+    } else {
+      const int64_t block_end = (seq.cursor / bt + 1) * bt;
+      const int64_t end = std::min({prompt, block_end, seq.cursor + int64_t{budget}});
+      item.begin = seq.cursor;
+      item.tokens =
+          std::span<const uint32_t>(seq.tokens)
+              .subspan(static_cast<size_t>(seq.cursor), static_cast<size_t>(end - seq.cursor));
+      item.want_logits = end == prompt;
+      is_replay.push_back(false);
+    }
+    budget -= std::min<uint32_t>(budget, static_cast<uint32_t>(item.tokens.size()));
+    items.push_back(item);
+    owners.push_back(&seq);
+  }
+  if (items.empty()) return outputs;
+
+  ForwardHooks hooks;
+  hooks.before_layer = [&](uint32_t layer, size_t i) { return BeforeLayer(*owners[i], layer); };
+  ForwardOptions fopt;
+  fopt.masked_attention = options_.masked_attention;
+  std::vector<std::vector<float>> logits;
+  Forward(model_, items, hooks, fopt, logits);
+
+  for (size_t i = 0; i < items.size(); ++i) {
+    Sequence& seq = *owners[i];
+    bool failed = seq.fetch_failed;
+    if (!failed && seq.fetch && !is_replay[i]) {
+      // Every layer group has been read once the decoder ran: the transfer
+      // is over; a failure anywhere in it means recomputing.
+      const bool all_loaded =
+          std::all_of(seq.group_loaded.begin(), seq.group_loaded.end(), [](bool b) { return b; });
+      if (all_loaded) {
+        const FetchOutcome out = seq.fetch->Finish();
+        failed = out.blocks_ready < seq.fetch_blocks || (seq.fetch_swa && !out.swa_ready);
+        if (!failed) ReleaseFetch(seq);
+      }
+    }
+    if (!failed && seq.fetch && is_replay[i]) {
+      // A replay that lost its global KV mid-way shows as missing groups.
+      for (uint32_t l = 0; l < model_.config.encoder_layers && !failed; ++l) {
+        failed = !seq.group_loaded[model_.config.layers[l].source];
+      }
+    }
+    if (failed) {
+      Restart(seq, "fetch failed");
+      continue;
+    }
+    if (is_replay[i]) {
+      seq.replay_begin = -1;  // rings rebuilt; the suffix comes next
+      continue;
+    }
+    const int64_t end = items[i].begin + static_cast<int64_t>(items[i].tokens.size());
+    AfterChunk(seq, end);
+    if (!items[i].want_logits) {
+      seq.stats.computed_tokens += items[i].tokens.size();
+      continue;
+    }
+    if (seq.phase == Phase::kPrefill) seq.stats.computed_tokens += items[i].tokens.size();
+    const uint32_t token = Sample(logits[i], seq.req.sampling, end);
+    StepOutput out;
+    out.id = seq.req.id;
+    out.new_tokens.push_back(token);
+    if (options_.return_logits) out.logits.push_back(logits[i]);
+    if (!seq.first_token_out) {
+      seq.first_token_out = true;
+      seq.stats.ttft_s = SecondsBetween(seq.arrival, clock_.Now());
+    }
+    seq.generated.push_back(token);
+    seq.tokens.push_back(token);
+    seq.phase = Phase::kDecode;
+    if (seq.generated.size() >= seq.req.max_new_tokens) {
+      StepOutput fin = Finish(seq, /*aborted=*/false);
+      fin.new_tokens = std::move(out.new_tokens);
+      fin.logits = std::move(out.logits);
+      outputs.push_back(std::move(fin));
+    } else {
+      outputs.push_back(std::move(out));
+    }
+  }
+  // Forget finished requests.
+  std::erase_if(order_, [&](uint64_t id) {
+    auto it = seqs_.find(id);
+    if (it->second->done) {
+      seqs_.erase(it);
+      return true;
+    }
+    return false;
+  });
+  return outputs;
+}
+
+void Engine::Release(Sequence& seq) { ReleaseFetch(seq); }
+
+StepOutput Engine::Finish(Sequence& seq, bool aborted) {
+  Release(seq);
+  StepOutput out;
+  out.id = seq.req.id;
+  out.finished = true;
+  out.aborted = aborted;
+  out.output_tokens = seq.generated;
+  seq.stats.total_s = SecondsBetween(seq.arrival, clock_.Now());
+  out.stats = seq.stats;
+  seq.done = true;
+  return out;
+}
+
+Status Engine::AbortRequest(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second->done) {
+    return NotFound("request " + std::to_string(id) + " is not running");
+  }
+  (void)Finish(*it->second, /*aborted=*/true);
+  seqs_.erase(it);
+  std::erase(order_, id);
+  return Status::Ok();
+}
+
+std::vector<StepOutput> Engine::Drain() {
+  std::vector<StepOutput> all;
+  while (!Idle()) {
+    std::vector<StepOutput> step = Step();
+    for (StepOutput& o : step) all.push_back(std::move(o));
+  }
+  return all;
+}
+
+bool Engine::Idle() const { return order_.empty(); }
+
+EngineCounters Engine::Counters() const {
+  EngineCounters c;
+  c.pool_pages_used = pool_.used_pages();
+  c.pool_refs = pool_.total_refs();
+  for (const auto& [id, seq] : seqs_) {
+    c.live_fetches += seq->fetch != nullptr;
+    c.held_leases += seq->match.lease != 0;
+    c.running += seq->phase != Phase::kQueued;
+    c.queued += seq->phase == Phase::kQueued;
+  }
+  return c;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,52 @@
+#include "kv_transfer.h"
+
+namespace strata::worker {
+
+FetchJob::FetchJob(Store& store, FetchRequest request, uint32_t groups)
+    : request_(std::move(request)), group_done_(groups) {
+  request_.on_event = [this](const FetchEvent& e) { OnEvent(e); };
+  thread_ = std::thread([this, &store] {
+    FetchOutcome outcome = store.Fetch(request_).Wait();
+    std::lock_guard lock(mu_);
+    outcome_ = std::move(outcome);
+    finished_ = true;
+    cv_.notify_all();
+  });
+}
+
+FetchJob::~FetchJob() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void FetchJob::OnEvent(const FetchEvent& e) {
+  std::lock_guard lock(mu_);
+  if (e.type == FetchEvent::Type::kLayerGroupDone && e.group < group_done_.size()) {
+    group_done_[e.group] = e.block;  // the usable prefix at that point
+  } else if (e.type == FetchEvent::Type::kSwaReady) {
+    swa_ready_ = true;
+  }
+  cv_.notify_all();
+}
+
+uint32_t FetchJob::WaitGroup(uint32_t g) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return finished_ || group_done_[g].has_value(); });
+  if (!group_done_[g].has_value()) return 0;
+  // A later failure may still cut the prefix below what this group saw.
+  if (finished_) return std::min(*group_done_[g], outcome_.blocks_ready);
+  return *group_done_[g];
+}
+
+bool FetchJob::WaitSwa() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return finished_ || swa_ready_; });
+  return swa_ready_ && (!finished_ || outcome_.swa_ready);
+}
+
+FetchOutcome FetchJob::Finish() {
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  return outcome_;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,45 @@
+// One request's fetch from the store, run on its own thread so the model
+// can start layer l as soon as the layer group it reads has arrived
+// (DESIGN §9 step 1). The engine waits per layer group; events come from
+// whichever thread performs the transfer.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "strata/store.h"
+
+namespace strata::worker {
+
+class FetchJob {
+ public:
+  // `request.match` and its buffers must outlive the job; the job installs
+  // its own on_event.
+  FetchJob(Store& store, FetchRequest request, uint32_t groups);
+  ~FetchJob();  // joins
+  FetchJob(const FetchJob&) = delete;
+  FetchJob& operator=(const FetchJob&) = delete;
+
+  // Blocks verified in layer group g once it is done everywhere (0 when
+  // the fetch ended without it).
+  uint32_t WaitGroup(uint32_t g);
+  bool WaitSwa();
+  FetchOutcome Finish();  // waits for the transfer and joins
+
+ private:
+  void OnEvent(const FetchEvent& e);
+
+  FetchRequest request_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<uint32_t>> group_done_;
+  bool swa_ready_ = false;
+  bool finished_ = false;
+  FetchOutcome outcome_;
+  std::thread thread_;
+};
+
+}  // namespace strata::worker
