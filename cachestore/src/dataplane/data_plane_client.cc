@@ -226,14 +226,20 @@ struct DataPlaneClient::Impl {
       }
     }
     Mode wanted = options.mode;
-    if (wanted == Mode::kAuto) {
-      void* mapped = nullptr;
-      bool native_rma =
-          rkey != nullptr && (rdma || ucp_rkey_ptr(rkey, server.region_base, &mapped) == UCS_OK);
-      wanted = native_rma ? Mode::kRma : Mode::kActiveMessage;
-    }
+    void* mapped = nullptr;
+    const bool native_rma =
+        rkey != nullptr && (rdma || ucp_rkey_ptr(rkey, server.region_base, &mapped) == UCS_OK);
+    if (wanted == Mode::kAuto) wanted = native_rma ? Mode::kRma : Mode::kActiveMessage;
     if (wanted == Mode::kRma && rkey == nullptr) {
       return PermissionDenied("node allows active-message reads only (no rkey)");
+    }
+    if (wanted == Mode::kRma && !native_rma) {
+      // UCX would emulate RMA with active messages through the node's
+      // worker: slower than asking for active messages, and UCX 1.13
+      // aborts the node's process when such a client dies mid-transfer.
+      return InvalidArgument(
+          "RMA requested, but no transport to the node has native RMA (shared memory on a "
+          "UCX-allocated region, or RDMA); use active messages");
     }
     if (wanted == Mode::kActiveMessage && rkey != nullptr) {
       ucp_rkey_destroy(rkey);
