@@ -12,6 +12,6 @@ cmake --build "$BUILD_DIR"
 if [ "$SANITIZE" = thread ]; then
   # UCX's memory hooks (libucm) crash under TSan's interceptors.
   export UCX_MEM_EVENTS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
-  export TSAN_OPTIONS=${TSAN_OPTIONS:-report_signal_unsafe=0}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-report_signal_unsafe=0 suppressions=$PWD/tests/tsan.supp}
 fi
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"

@@ -302,7 +302,7 @@ TEST_F(NodeTest, SigtermDuringTransfersThenRestart) {
   StartNode({.port = port, .settings = {}});
   Status last;
   bool recovered = false;
-  for (int i = 0; i < 50 && !recovered; ++i) {
+  for (int i = 0; i < 150 && !recovered; ++i) {  // sanitizer builds are slow
     auto m = MatchPrompt(*reader, stored, false);
     recovered = m.ok() && m->blocks.empty();
     if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(100));

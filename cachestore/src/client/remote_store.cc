@@ -801,7 +801,14 @@ Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
     ssl.pem_root_certs = *roots;
     creds = grpc::SslCredentials(ssl);
   }
-  auto store = std::make_unique<RemoteStore>(grpc::CreateChannel(target, creds), opts, *mode);
+  // A restarted node is found again within a second: gRPC's default
+  // reconnect backoff grows to two minutes while a node is down.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto store =
+      std::make_unique<RemoteStore>(grpc::CreateCustomChannel(target, creds, args), opts, *mode);
   STRATA_RETURN_IF_ERROR(store->Connect());
   return std::unique_ptr<Store>(std::move(store));
 }
