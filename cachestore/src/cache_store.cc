@@ -1154,33 +1154,23 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
 
   // 3. Bodies, layer group by layer group across blocks, so layer group 0
   // of the whole prefix is usable before group 1 starts.
-  size_t max_groups = 0;
-  for (uint32_t b = 0; b < usable; ++b) max_groups = std::max(max_groups, headers[b].groups.size());
-  for (size_t g = 0; g < max_groups && usable > 0; ++g) {
-    for (uint32_t b = 0; b < usable; ++b) {
-      if (g >= headers[b].groups.size()) continue;
-      const GroupExtent& ge = headers[b].groups[g];
-      Entry* e = pinned[b].entry;
-      const std::byte* src = s.arena->Bytes(e->extent, e->payload_bytes).data();
-      if (CopyAndChecksum(req.block_buffers[b].data() + ge.offset, src + ge.offset, ge.length) !=
-          ge.checksum) {
-        corrupt.push_back(e);
-        cut(b, ChecksumMismatch("block " + std::to_string(b) + ", layer group " +
-                                std::to_string(g) + " fails its checksum"));
-        break;
-      }
-      out.bytes += ge.length;
-      if (req.on_event) req.on_event({FetchEvent::Type::kGroupReady, b, uint32_t(g)});
-    }
-    if (g == 0) s.m.first_group_seconds->Observe(SecondsSince(*s.clock, start));
-    if (req.on_event && usable > 0) {
-      req.on_event({FetchEvent::Type::kLayerGroupDone, usable, uint32_t(g)});
-    }
+  std::vector<VerifiedCopy> copies(usable);
+  for (uint32_t b = 0; b < usable; ++b) {
+    const Entry* e = pinned[b].entry;
+    copies[b] = {s.arena->Bytes(e->extent, e->payload_bytes).data(), req.block_buffers[b].data(),
+                 &headers[b]};
+  }
+  std::optional<CopyFailure> failure;
+  const auto arrived = static_cast<uint32_t>(
+      CopyVerifiedBodies(copies, req.on_event, &out.bytes, &failure, [&](size_t g) {
+        if (g == 0) s.m.first_group_seconds->Observe(SecondsSince(*s.clock, start));
+      }));
+  if (failure.has_value()) {
+    corrupt.push_back(pinned[failure->block].entry);
+    cut(arrived, ChecksumMismatch("block " + std::to_string(failure->block) + ", layer group " +
+                                  std::to_string(failure->group) + " fails its checksum"));
   }
   out.blocks_ready = usable;
-  if (req.on_event) {
-    for (uint32_t b = 0; b < usable; ++b) req.on_event({FetchEvent::Type::kBlockReady, b, 0});
-  }
 
   // 4. The SWA state, when the prefix it belongs to arrived whole.
   // The SWA state is useless past a prefix that a failure cut short.

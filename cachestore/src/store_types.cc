@@ -1,5 +1,7 @@
 #include "strata/store_types.h"
 
+#include <algorithm>
+
 namespace strata {
 
 std::string_view TierName(Tier tier) {
@@ -39,6 +41,44 @@ void FetchFuture::Complete(FetchOutcome outcome) {
     state_->done = true;
   }
   state_->cv.notify_all();
+}
+
+size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
+                          const std::function<void(const FetchEvent&)>& on_event, uint64_t* bytes,
+                          std::optional<CopyFailure>* failure,
+                          const std::function<void(size_t group)>& after_group) {
+  size_t usable = blocks.size();
+  size_t max_groups = 0;
+  for (const VerifiedCopy& b : blocks) max_groups = std::max(max_groups, b.header->groups.size());
+  for (size_t g = 0; g < max_groups && usable > 0; ++g) {
+    for (size_t b = 0; b < usable; ++b) {
+      const std::vector<GroupExtent>& groups = blocks[b].header->groups;
+      if (g >= groups.size()) continue;
+      const GroupExtent& ge = groups[g];
+      if (CopyAndChecksum(blocks[b].dst + ge.offset, blocks[b].src + ge.offset, ge.length) !=
+          ge.checksum) {
+        *failure = CopyFailure{b, g};
+        usable = b;
+        break;
+      }
+      *bytes += ge.length;
+      if (on_event) {
+        on_event(
+            {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(g)});
+      }
+    }
+    if (after_group) after_group(g);
+    if (on_event && usable > 0) {
+      on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
+                static_cast<uint32_t>(g)});
+    }
+  }
+  if (on_event) {
+    for (size_t b = 0; b < usable; ++b) {
+      on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
+    }
+  }
+  return usable;
 }
 
 }  // namespace strata

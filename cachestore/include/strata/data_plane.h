@@ -54,6 +54,8 @@ namespace strata::dataplane {
 
 enum class Mode : uint8_t { kAuto, kRma, kActiveMessage };
 std::string_view ModeName(Mode mode);
+// "auto", "rma" or "am", the names config files and ClientOptions use.
+Result<Mode> ParseMode(std::string_view name);
 
 // Identifies this machine (hostname and boot id) so a client can tell that a
 // node shares its host and shared-memory transports may reach it.

@@ -130,6 +130,28 @@ struct FetchOutcome {
   Status status;  // first failure that cut the prefix short, OK otherwise
 };
 
+// The body half of a verified fetch, for a store that can address the
+// stored bytes (in-process, or a node's arena mapped into this process):
+// copies layer group g of every block before group g + 1 of any, hashing
+// each group as it is copied, and reports kGroupReady, kLayerGroupDone and
+// kBlockReady. The blocks' headers are verified already. Returns how many
+// leading blocks arrived whole; on a checksum failure `*failure` names the
+// block and group where the prefix stopped. `after_group(g)` runs after
+// each pass.
+struct VerifiedCopy {
+  const std::byte* src = nullptr;
+  std::byte* dst = nullptr;
+  const PayloadHeader* header = nullptr;
+};
+struct CopyFailure {
+  size_t block = 0;
+  size_t group = 0;
+};
+size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
+                          const std::function<void(const FetchEvent&)>& on_event, uint64_t* bytes,
+                          std::optional<CopyFailure>* failure,
+                          const std::function<void(size_t group)>& after_group = nullptr);
+
 // Completes once; Wait() may be called from any thread, any number of times.
 class FetchFuture {
  public:

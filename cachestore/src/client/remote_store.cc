@@ -25,13 +25,6 @@
 namespace strata {
 namespace {
 
-Result<dataplane::Mode> ParseMode(const std::string& mode) {
-  if (mode == "auto") return dataplane::Mode::kAuto;
-  if (mode == "rma") return dataplane::Mode::kRma;
-  if (mode == "am") return dataplane::Mode::kActiveMessage;
-  return InvalidArgument("data_plane_mode must be auto, rma or am, got '" + mode + "'");
-}
-
 constexpr size_t kMaxTrackedLeases = 4096;
 
 // One fetched payload, verified piece by piece as its pieces land: the
@@ -510,35 +503,17 @@ class RemoteStore final : public Store {
       headers[b] = std::move(h).value();
       out.bytes += hb;
     }
-    size_t max_groups = 0;
-    for (size_t b = 0; b < usable; ++b) max_groups = std::max(max_groups, headers[b].groups.size());
-    for (size_t g = 0; g < max_groups && usable > 0; ++g) {
-      for (size_t b = 0; b < usable; ++b) {
-        if (g >= headers[b].groups.size()) continue;
-        const GroupExtent& ge = headers[b].groups[g];
-        const std::byte* src = source(leased.blocks[b]);
-        if (CopyAndChecksum(req.block_buffers[b].data() + ge.offset, src + ge.offset, ge.length) !=
-            ge.checksum) {
-          cut(b, ChecksumMismatch("layer group " + std::to_string(g) + " fails its checksum"));
-          break;
-        }
-        out.bytes += ge.length;
-        if (req.on_event) {
-          req.on_event(
-              {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(g)});
-        }
-      }
-      if (req.on_event && usable > 0) {
-        req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
-                      static_cast<uint32_t>(g)});
-      }
+    std::vector<VerifiedCopy> copies(usable);
+    for (size_t b = 0; b < usable; ++b) {
+      copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b]};
+    }
+    std::optional<CopyFailure> failure;
+    const size_t arrived = CopyVerifiedBodies(copies, req.on_event, &out.bytes, &failure);
+    if (failure.has_value()) {
+      cut(arrived, ChecksumMismatch("layer group " + std::to_string(failure->group) +
+                                    " fails its checksum"));
     }
     out.blocks_ready = static_cast<uint32_t>(usable);
-    if (req.on_event) {
-      for (size_t b = 0; b < usable; ++b) {
-        req.on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
-      }
-    }
     // The SWA state, when the prefix it belongs to arrived whole.
     const bool swa_ok = want_swa && leased.swa.has_value() &&
                         leased.swa->entry.key == match.swa->entry.key &&
@@ -791,7 +766,7 @@ Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
     return Unauthenticated("no token: set ClientOptions::token or STRATA_TOKEN");
   }
   if (opts.timeout <= 0) return InvalidArgument("timeout must be positive");
-  Result<dataplane::Mode> mode = ParseMode(opts.data_plane_mode);
+  Result<dataplane::Mode> mode = dataplane::ParseMode(opts.data_plane_mode);
   if (!mode.ok()) return mode.status();
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!opts.tls_root_certs_file.empty()) {

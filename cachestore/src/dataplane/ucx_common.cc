@@ -25,6 +25,14 @@ std::string_view ModeName(Mode mode) {
   return "unknown";
 }
 
+Result<Mode> ParseMode(std::string_view name) {
+  for (Mode m : {Mode::kAuto, Mode::kRma, Mode::kActiveMessage}) {
+    if (name == ModeName(m)) return m;
+  }
+  return InvalidArgument("data-plane mode must be auto, rma or am, got '" + std::string(name) +
+                         "'");
+}
+
 std::string HostId() {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';

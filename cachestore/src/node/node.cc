@@ -23,13 +23,6 @@ namespace {
 // below it, so this only stops abuse before a message is even parsed.
 constexpr int kMaxRequestBytes = 4 << 20;
 
-Result<dataplane::Mode> ParseMode(const std::string& mode) {
-  if (mode == "auto") return dataplane::Mode::kAuto;
-  if (mode == "rma") return dataplane::Mode::kRma;
-  if (mode == "am") return dataplane::Mode::kActiveMessage;
-  return InvalidArgument("data_plane_mode must be auto, rma or am");
-}
-
 std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
@@ -74,7 +67,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   // so clients on this host read it with real RMA; UCX 1.13 only emulates
   // RMA over shared memory for memory it did not allocate. Either way the
   // arena is registered once, here.
-  Result<dataplane::Mode> mode = ParseMode(config.data_plane_mode);
+  Result<dataplane::Mode> mode = dataplane::ParseMode(config.data_plane_mode);
   if (!mode.ok()) return mode.status();
   st.data_plane_mode = config.data_plane_mode;
   st.rdma_devices = dataplane::DiscoverRdmaDevices();

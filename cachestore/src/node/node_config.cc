@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "strata/data_plane.h"
 #include "strata/node.h"
 
 namespace strata {
@@ -159,7 +160,7 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   if (c.low_watermark >= c.high_watermark) {
     return InvalidArgument("low_watermark must be below high_watermark");
   }
-  if (c.data_plane_mode != "auto" && c.data_plane_mode != "rma" && c.data_plane_mode != "am") {
+  if (!dataplane::ParseMode(c.data_plane_mode).ok()) {
     return InvalidArgument("data_plane_mode must be auto, rma or am");
   }
   if (c.log_format != "text" && c.log_format != "json") {
