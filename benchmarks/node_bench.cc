@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "bench_blocks.h"
 #include "bench_util.h"
 #include "node_process.h"
 #include "raw_ucx.h"
@@ -31,73 +32,6 @@ using testing::NodeProcess;
 
 constexpr const char* kShmTls = "posix,sysv,cma,self";
 constexpr const char* kTcpTls = "tcp";
-
-const ModelId& BenchModel() {
-  static const ModelId id =
-      ModelFingerprint{"bench-weights", "byte-tokenizer", "none", 1, "fp4"}.Id();
-  return id;
-}
-
-struct SealedBlock {
-  std::vector<std::byte> bytes;
-  uint64_t checksum = 0;
-};
-
-SealedBlock MakeBlock(const Layout& layout, uint64_t seed) {
-  SealedBlock b;
-  b.bytes.resize(layout.PayloadBytes());
-  std::mt19937_64 rng(seed);
-  for (size_t i = layout.HeaderBytes(); i + 8 <= b.bytes.size(); i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&b.bytes[i], &v, 8);
-  }
-  b.checksum = SealPayload(layout, layout.block_tokens, b.bytes).value();
-  return b;
-}
-
-std::vector<uint32_t> RandomTokens(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (auto& x : t) x = static_cast<uint32_t>(rng() % 129280);
-  return t;
-}
-
-// Commits the full blocks of `tokens`, `bytes_of(b)` giving block b's bytes.
-Status CommitPrompt(Store& store, std::span<const uint32_t> tokens,
-                    const std::function<const SealedBlock&(size_t)>& bytes_of) {
-  const Layout layout = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
-  MatchRequest req;
-  req.model_id = BenchModel();
-  req.tokens = tokens;
-  req.want_swa = false;
-  auto m = store.Match(req);
-  if (!m.ok()) return m.status();
-  std::vector<ChainKey> keys{m->prefix_key};
-  const size_t blocks = tokens.size() / layout.block_tokens;
-  for (size_t b = 0; b < blocks; ++b) {
-    keys.push_back(
-        ChainKeys::Next(keys.back(), tokens.subspan(b * layout.block_tokens, layout.block_tokens)));
-  }
-  for (size_t first = m->blocks.size(); first < blocks; first += kMaxBlocksPerCall) {
-    const size_t last = std::min(blocks, first + kMaxBlocksPerCall);
-    std::vector<CommitPayload> payloads;
-    for (size_t b = first; b < last; ++b) {
-      const SealedBlock& sb = bytes_of(b);
-      CommitPayload c;
-      c.block = {keys[b + 1], StateKind::kGlobalKv, kV41GlobalKvLayoutId, sb.bytes.size(),
-                 b > 0 ? std::optional<ChainKey>(keys[b]) : std::nullopt};
-      c.bytes = sb.bytes;
-      c.checksum = sb.checksum;
-      payloads.push_back(c);
-    }
-    auto r = store.Commit(BenchModel(), payloads);
-    if (!r.ok()) return r.status();
-    for (const Status& s : r->blocks) {
-      if (!s.ok()) return s;
-    }
-  }
-  return Status::Ok();
-}
 
 // Lets running clients warm up, then counts the bytes they move (they add
 // to `bytes` while `go` is set) over `seconds`; stops and joins them.
@@ -153,7 +87,7 @@ Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions&
         if (m->blocks.size() != o.prompt_blocks) return fail(Internal("prompt not cached"));
         fetch.match = &*m;
         const FetchOutcome out = (*store)->Fetch(fetch).Wait();
-        (void)(*store)->Abort(m->lease);
+        (*store)->Release(m->lease);
         if (!out.status.ok()) return fail(out.status);
         if (counting) bytes += out.bytes;
       }

@@ -2,6 +2,7 @@
 // run. Subcommands: store, replay, kernels (more come with the node, SSD and worker).
 #include <CLI/CLI.hpp>
 
+#include "cluster_bench.h"
 #include "kernels_bench.h"
 #include "node_bench.h"
 #include "raw_ucx.h"
@@ -30,8 +31,8 @@ int main(int argc, char** argv) {
       "ssd", "SSD tier (io_uring, O_DIRECT) reads/writes vs fio on the same file system");
   ssd_opts.Register(*ssd);
   strata::bench::UcxBenchOptions ucx_opts;
-  CLI::App* ucx = app.add_subcommand(
-      "ucx", "UCX data plane fetches (shm RMA, tcp active messages) vs raw UCX");
+  CLI::App* ucx =
+      app.add_subcommand("ucx", "UCX data plane fetches (shm RMA, tcp active messages) vs raw UCX");
   ucx_opts.Register(*ucx);
   strata::bench::NodeBenchOptions node_opts;
   CLI::App* node = app.add_subcommand(
@@ -41,6 +42,10 @@ int main(int argc, char** argv) {
   CLI::App* worker = app.add_subcommand(
       "worker", "Mini V4.1 worker: TTFT cold vs warm (90% hit), SWA miss 8K vs 32K, decode");
   worker_opts.Register(*worker);
+  strata::bench::ClusterBenchOptions cluster_opts;
+  CLI::App* cluster = app.add_subcommand(
+      "cluster", "Cluster client over 1/2/3 nodes: aggregate fetch GB/s; match p99, 1 vs 3 nodes");
+  cluster_opts.Register(*cluster);
   CLI11_PARSE(app, argc, argv);
   if (store->parsed()) return strata::bench::RunStoreBench(store_opts);
   if (replay->parsed()) return strata::bench::RunReplayBench(replay_opts);
@@ -49,5 +54,6 @@ int main(int argc, char** argv) {
   if (ucx->parsed()) return strata::bench::RunUcxBench(ucx_opts);
   if (node->parsed()) return strata::bench::RunNodeBench(node_opts);
   if (worker->parsed()) return strata::bench::RunWorkerBench(worker_opts);
+  if (cluster->parsed()) return strata::bench::RunClusterBench(cluster_opts);
   return 0;
 }

@@ -290,6 +290,65 @@ TEST_F(SsdStoreTest, DeleteRemovesTheSsdCopy) {
   EXPECT_EQ(Match(tokens).blocks.size(), 1u);
 }
 
+TEST_F(SsdStoreTest, AdminCallsReachSsdOnlyEntries) {
+  Open();
+  const std::vector<uint32_t> a = Tokens(3 * kTinyBlockTokens, 21);
+  const std::vector<uint32_t> b = Tokens(2 * kTinyBlockTokens, 22);
+  const std::vector<uint32_t> c = Tokens(2 * kTinyBlockTokens, 23);
+  Commit(a);
+  Commit(b);
+  Commit(c);
+  store_->FlushWriteBack();
+  Open();  // DRAM is empty; all 7 entries are on the SSD tier only
+  const std::vector<ChainKey> ka = Keys(a), kb = Keys(b), kc = Keys(c);
+
+  auto info = store_->Inspect(who_, ka[1], StateKind::kGlobalKv);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->tier, Tier::kSsd);
+  EXPECT_EQ(info->model_id, TestModel());
+  EXPECT_EQ(info->payload_bytes, TinyGlobalLayout().PayloadBytes());
+
+  // A dry run lists SSD-only entries and removes nothing.
+  EvictRequest filter;
+  filter.dry_run = true;
+  auto dry = store_->Evict(who_, filter);
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  EXPECT_EQ(dry->evicted, 7u);
+  ASSERT_EQ(dry->entries.size(), 7u);
+  for (const EntryInfo& e : dry->entries) EXPECT_EQ(e.tier, Tier::kSsd);
+  EXPECT_EQ(Match(a).blocks.size(), 3u);
+  // Another namespace sees none of them.
+  EXPECT_EQ(store_->Evict({"tenant-b", Role::kAdmin}, filter)->evicted, 0u);
+
+  // By key: the block goes, so the prompt now hits up to it.
+  EvictRequest one;
+  one.root = EntryCursor{ka[1], StateKind::kGlobalKv};
+  auto r = store_->Evict(who_, one);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->evicted, 1u);
+  EXPECT_EQ(Match(a).blocks.size(), 1u);
+  EXPECT_EQ(store_->Evict(who_, one).status().code(), StatusCode::kNotFound);
+
+  // Delete of an SSD-only entry.
+  ASSERT_TRUE(store_->Delete(who_, kb[0], StateKind::kGlobalKv).ok());
+  EXPECT_EQ(Match(b).blocks.size(), 0u);
+  EXPECT_EQ(store_->Delete(who_, kb[0], StateKind::kGlobalKv).code(), StatusCode::kNotFound);
+
+  // A promoted entry and its SSD copy both go with a filter eviction.
+  std::vector<std::vector<std::byte>> out;
+  MatchResult mc = Match(c);
+  ASSERT_TRUE(Fetch(mc, &out).status.ok());  // promoted into DRAM
+  EvictRequest all;
+  auto gone = store_->Evict(who_, all);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->evicted, 5u);  // a[0], a[2], b[1] from SSD; c[0..1] from both tiers
+  EXPECT_EQ(gone->deferred, 0u);
+  Open();
+  EXPECT_EQ(Match(a).blocks.size(), 0u);
+  EXPECT_EQ(Match(c).blocks.size(), 0u);
+  EXPECT_EQ(store_->Stats().ssd.entries, 0u);
+}
+
 // Promotion, DRAM eviction, commits and write-back all at once: every byte
 // a fetch reports ready is the byte committed.
 TEST_F(SsdStoreTest, ConcurrentPromotionsCommitsAndEvictions) {

@@ -92,11 +92,14 @@ TEST(WireTest, MalformedMessagesAreInvalidArgument) {
   m.set_model_id("short");
   EXPECT_EQ(DecodeMatchRequest(m, &d).code(), StatusCode::kInvalidArgument);
   m = EncodeMatchRequest({});
-  m.add_keys(std::string(17, 'x'));
+  m.set_keys(std::string(17, 'x'));
   EXPECT_EQ(DecodeMatchRequest(m, &d).code(), StatusCode::kInvalidArgument);
   m = EncodeMatchRequest({});
-  for (size_t i = 0; i <= kMaxBlocksPerCall; ++i) m.add_keys(std::string(16, 'k'));
+  m.set_keys(std::string(16 * (kMaxBlocksPerCall + 1), 'k'));
   EXPECT_EQ(DecodeMatchRequest(m, &d).code(), StatusCode::kInvalidArgument);
+  m.set_keys(std::string(16 * kMaxBlocksPerCall, 'k'));
+  EXPECT_TRUE(DecodeMatchRequest(m, &d).ok());
+  EXPECT_EQ(d.keys.size(), kMaxBlocksPerCall);
   m = EncodeMatchRequest({});
   m.set_lease_ttl_ms(3'600'000);
   EXPECT_EQ(DecodeMatchRequest(m, &d).code(), StatusCode::kInvalidArgument);
@@ -114,13 +117,24 @@ TEST(WireTest, MalformedMessagesAreInvalidArgument) {
   r.mutable_blocks(0)->set_parent_key("p");
   EXPECT_EQ(DecodeReserveRequest(r, &model, &blocks, &ttl).code(), StatusCode::kInvalidArgument);
 
+  // The packed arrays of a match answer must agree in length.
+  MatchResult two;
+  two.blocks = {{Key(1), Tier::kDram, 1, 100}, {Key(2), Tier::kSsd, 1, 100}};
+  v1::MatchResponse packed = EncodeMatchResult(two);
+  ASSERT_TRUE(DecodeMatchResponse(packed).ok());
+  packed.mutable_blocks()->mutable_locations()->RemoveLast();
+  EXPECT_EQ(DecodeMatchResponse(packed).status().code(), StatusCode::kInvalidArgument);
+  packed = EncodeMatchResult(two);
+  packed.mutable_blocks()->mutable_keys()->pop_back();
+  EXPECT_EQ(DecodeMatchResponse(packed).status().code(), StatusCode::kInvalidArgument);
+
   MatchResult mr;
   mr.blocks = {{Key(1), Tier::kDram, 1, 100}};
   mr.swa = SwaMatch{3, {Key(1), Tier::kDram, 2, 100}};  // boundary beyond the hit run
   EXPECT_EQ(DecodeMatchResponse(EncodeMatchResult(mr)).status().code(),
             StatusCode::kInvalidArgument);
-  v1::MatchResponse bad_tier = EncodeMatchResult({});
-  bad_tier.add_blocks()->set_key(std::string(16, 'k'));
+  v1::MatchResponse bad_tier = EncodeMatchResult(two);
+  bad_tier.mutable_blocks()->set_tiers(0, v1::TIER_UNSPECIFIED);
   EXPECT_EQ(DecodeMatchResponse(bad_tier).status().code(), StatusCode::kInvalidArgument);
 }
 

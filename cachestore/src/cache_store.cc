@@ -835,7 +835,7 @@ Status ValidateMatchOptions(uint32_t block_tokens, Nanos lease_ttl, size_t block
 class CacheStore::PrefixLookup {
  public:
   PrefixLookup(Impl& s, const Principal& caller, const ModelId& model, uint32_t block_tokens,
-               uint32_t prompt_blocks, bool lease, Nanos lease_ttl)
+               uint32_t prompt_blocks, bool lease, Nanos lease_ttl, bool promote_ssd = false)
       : s_(s),
         // With an SSD tier a namespace may have entries this process never
         // saw committed (written before a restart).
@@ -843,6 +843,7 @@ class CacheStore::PrefixLookup {
                              : s.FindNamespace(caller.ns)),
         ns_name_(caller.ns),
         lease_(lease),
+        promote_(lease && promote_ssd && s.ssd != nullptr),
         lease_ttl_(lease_ttl > 0 ? lease_ttl : s.opts.default_read_lease_ttl),
         start_(s.clock->Now()) {
     result_.model_id = model;
@@ -859,15 +860,25 @@ class CacheStore::PrefixLookup {
     if (!ns_.has_value()) return false;  // a namespace that never stored anything
     const EntryKey k{*ns_, StateKind::kGlobalKv, key};
     Entry* e = Pin(k);
+    // The parent is the key just before this one, if that one hit (with
+    // independent keys an earlier miss breaks the chain).
+    const std::optional<ChainKey> parent = previous_hit_;
+    previous_hit_.reset();
+    if (e == nullptr && promote_) {
+      e = PromoteAndPin(k, parent);
+      if (e == nullptr) return false;
+    }
     if (e == nullptr) {
       std::optional<SsdEntryMeta> meta = LookupSsd(k);
       if (!meta.has_value()) return false;
       result_.blocks.push_back(
           {key, Tier::kSsd, meta->layout_id, meta->payload_bytes, meta->entry_checksum, 0});
+      previous_hit_ = key;
       return true;
     }
     result_.blocks.push_back(
         {key, Tier::kDram, e->layout_id, e->payload_bytes, e->checksum, e->extent.offset});
+    previous_hit_ = key;
     return true;
   }
 
@@ -877,7 +888,14 @@ class CacheStore::PrefixLookup {
     const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
     for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
       const EntryKey k{*ns_, StateKind::kSwaState, result_.blocks[b - 1].key};
-      if (Entry* e = Pin(k)) {
+      Entry* e = Pin(k);
+      if (e == nullptr && promote_) {
+        // A leased remote answer carries DRAM locations only: an SWA state
+        // that cannot be promoted is skipped for a lower boundary.
+        e = PromoteAndPin(k, std::nullopt);
+        if (e == nullptr) continue;
+      }
+      if (e != nullptr) {
         result_.swa = SwaMatch{
             b,
             {k.chain, Tier::kDram, e->layout_id, e->payload_bytes, e->checksum, e->extent.offset}};
@@ -946,6 +964,17 @@ class CacheStore::PrefixLookup {
     return e;
   }
 
+  // Reads an SSD-only entry into DRAM and pins it like a DRAM hit. The
+  // promotion's reader pin keeps the entry alive until the lease holds it.
+  Entry* PromoteAndPin(const EntryKey& k, const std::optional<ChainKey>& parent) {
+    if (!s_.SsdAdmits(k.kind)) return nullptr;
+    Result<EntryRef> promoted = s_.PinOrPromote(k, result_.model_id, parent, start_);
+    if (!promoted.ok()) return nullptr;
+    Entry* e = Pin(k);
+    s_.Unpin(*promoted, /*lease=*/false);
+    return e;
+  }
+
   // An SSD-only entry: a hit, reported as Tier::kSsd and promoted by fetch.
   // Not leased (the SSD tier evicts by days-long TTL and watermarks; a block
   // gone by fetch time cuts the prefix there).
@@ -961,6 +990,8 @@ class CacheStore::PrefixLookup {
   const std::optional<uint32_t> ns_;
   const std::string ns_name_;
   const bool lease_;
+  const bool promote_;
+  std::optional<ChainKey> previous_hit_;  // the last visited key, if it hit
   const Nanos lease_ttl_;
   const Nanos start_;
   std::vector<EntryRef> hits_;
@@ -995,9 +1026,10 @@ Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKe
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
-                      static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl);
+                      static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl,
+                      req.promote_ssd);
   for (const ChainKey& key : req.keys) {
-    if (!lookup.Visit(key)) break;
+    if (!lookup.Visit(key) && !req.independent_keys) break;
   }
   if (req.want_swa) lookup.FindSwa();
   return lookup.Finish(req.root, uint64_t{req.block_tokens} * req.keys.size());
@@ -1524,13 +1556,60 @@ Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKi
 }
 }  // namespace
 
+namespace {
+
+// The SSD copies of one entry (any model): what admin calls act on when the
+// entry is not in DRAM. Times become the store clock's, as DRAM entries'.
+std::vector<EntryInfo> SsdCopies(const SsdTier* ssd, const Clock& clock, const std::string& ns,
+                                 const std::optional<EntryCursor>& only) {
+  std::vector<EntryInfo> out;
+  if (ssd == nullptr) return out;
+  const Nanos shift = clock.Now() - ssd->Now();
+  for (const auto& [key, meta] : ssd->List(ns)) {
+    if (only.has_value() && (key.chain != only->key || key.kind != only->kind)) continue;
+    EntryInfo info;
+    info.key = key.chain;
+    info.kind = key.kind;
+    info.ns = ns;
+    info.model_id = key.model_id;
+    info.layout_id = meta.layout_id;
+    info.payload_bytes = meta.payload_bytes;
+    info.checksum = meta.entry_checksum;
+    info.tier = Tier::kSsd;
+    info.commit_time = meta.commit_time + shift;
+    info.expiry = meta.expiry + shift;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
+  Status first;
+  for (const EntryInfo& c : copies) {
+    Status st = ssd->Erase({c.ns, c.model_id, c.key, c.kind});
+    if (!st.ok() && st.code() != StatusCode::kNotFound && first.ok()) first = st;
+  }
+  return first;
+}
+
+}  // namespace
+
 Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   std::optional<ModelId> model;
-  STRATA_RETURN_IF_ERROR(WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
+  Status found = WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
     model = e->model_id;
     impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit);
-  }));
+  });
+  if (found.code() == StatusCode::kNotFound) {
+    // Only on the SSD tier: the copies go (their SSD-only descendants can no
+    // longer be reached, and age out).
+    const std::vector<EntryInfo> copies =
+        SsdCopies(impl_->ssd.get(), *impl_->clock, caller.ns, EntryCursor{key, kind});
+    if (copies.empty()) return found;
+    return EraseSsdCopies(impl_->ssd.get(), copies);
+  }
+  STRATA_RETURN_IF_ERROR(found);
   // The SSD copy too, or the next match would find it there. Its SSD-only
   // descendants can no longer be reached (a match stops at this block).
   if (impl_->ssd != nullptr && model.has_value()) {
@@ -1555,8 +1634,14 @@ Result<EntryInfo> CacheStore::Inspect(const Principal& caller, const ChainKey& k
                                       StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   EntryInfo info;
-  STRATA_RETURN_IF_ERROR(WithEntry(*impl_, caller, key, kind,
-                                   [&](Entry* e) { info = DescribeLocked(*e, caller.ns); }));
+  Status found =
+      WithEntry(*impl_, caller, key, kind, [&](Entry* e) { info = DescribeLocked(*e, caller.ns); });
+  if (found.code() == StatusCode::kNotFound) {
+    std::vector<EntryInfo> copies =
+        SsdCopies(impl_->ssd.get(), *impl_->clock, caller.ns, EntryCursor{key, kind});
+    if (!copies.empty()) return std::move(copies.front());
+  }
+  STRATA_RETURN_IF_ERROR(found);
   return info;
 }
 
@@ -1680,6 +1765,7 @@ bool Matches(const EntryFilter& f, const Entry& e, Nanos now) {
   if (f.kind.has_value() && e.key.kind != *f.kind) return false;
   if (f.older_than > 0 && e.commit_time > now - f.older_than) return false;
   if (f.pinned.has_value() && (e.pinned_until.load() > now) != *f.pinned) return false;
+  if (f.tier.has_value() && *f.tier != Tier::kDram) return false;
   return true;
 }
 bool CursorLess(const ChainKey& a_key, StateKind a_kind, const ChainKey& b_key, StateKind b_kind) {
@@ -1734,13 +1820,33 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   Impl& s = *impl_;
   EvictReport report;
-  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  const std::optional<uint32_t> ns = s.ssd != nullptr
+                                         ? std::optional<uint32_t>(s.InternNamespace(caller.ns))
+                                         : s.FindNamespace(caller.ns);
   if (!ns.has_value()) {
     if (req.root.has_value()) return NotFound("no entry " + req.root->key.ToHex());
     return report;
   }
   const Nanos now = s.clock->Now();
-  std::lock_guard lock(s.structure_mu);
+  // SSD-only entries the request covers: listed and erased like DRAM ones
+  // (no descendants: the SSD tier keeps no tree; unreachable ones age out).
+  std::vector<EntryInfo> ssd_only;
+  auto finish_ssd = [&]() -> Result<EvictReport> {
+    for (const EntryInfo& c : ssd_only) {
+      ++report.evicted;
+      report.bytes += c.payload_bytes;
+      if (report.entries.size() < req.max_listed) report.entries.push_back(c);
+    }
+    if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(s.ssd.get(), ssd_only));
+    return report;
+  };
+  std::unique_lock lock(s.structure_mu);
+  auto in_dram = [&](const EntryInfo& c) {
+    const EntryKey k{*ns, c.kind, c.key};
+    Impl::Shard& shard = s.ShardFor(k);
+    std::shared_lock slock(shard.mu);
+    return shard.map.count(k) != 0;
+  };
 
   // 1. The roots: one named entry, or every unpinned entry the filter picks.
   std::vector<Entry*> roots;
@@ -1750,7 +1856,13 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     std::shared_lock slock(shard.mu);
     Entry* e = s.FindVisibleLocked(shard, k, now);
     if (e == nullptr) {
-      return NotFound("no " + std::string(StateKindName(k.kind)) + " entry " + k.chain.ToHex());
+      slock.unlock();
+      lock.unlock();
+      ssd_only = SsdCopies(s.ssd.get(), *s.clock, caller.ns, req.root);
+      if (ssd_only.empty()) {
+        return NotFound("no " + std::string(StateKindName(k.kind)) + " entry " + k.chain.ToHex());
+      }
+      return finish_ssd();
     }
     roots.push_back(e);
   } else {
@@ -1776,6 +1888,18 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
         roots.push_back(e);
       }
     }
+    if (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd) {
+      for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
+        const EntryFilter& f = req.filter;
+        if ((f.model_id.has_value() && c.model_id != *f.model_id) ||
+            (f.kind.has_value() && c.kind != *f.kind) ||
+            (f.older_than > 0 && c.commit_time > now - f.older_than) ||
+            (f.pinned.has_value() && *f.pinned) || in_dram(c)) {
+          continue;  // DRAM-resident copies follow their DRAM entry
+        }
+        ssd_only.push_back(std::move(c));
+      }
+    }
   }
 
   // 2. Close over descendants (they could never be matched again), each
@@ -1793,6 +1917,7 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
       for (Entry* c = e->first_child; c != nullptr; c = c->next_sibling) stack.push_back(c);
     }
   }
+  std::vector<EntryInfo> ssd_copies;  // of the DRAM entries that go
   for (const Entry* e : affected) {
     const bool held = e->leases.load() != 0 || e->readers.load() != 0;
     ++(held ? report.deferred : report.evicted);
@@ -1800,8 +1925,12 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (report.entries.size() < req.max_listed) {
       report.entries.push_back(DescribeLocked(*e, caller.ns));
     }
+    if (s.ssd != nullptr) ssd_copies.push_back(DescribeLocked(*e, caller.ns));
   }
-  if (req.dry_run) return report;
+  if (req.dry_run) {
+    lock.unlock();
+    return finish_ssd();
+  }
 
   // 3. Delete. A root already taken by an earlier root's subtree is skipped:
   // its slot went back to the pool (state no longer committed).
@@ -1814,7 +1943,10 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
       s.DeleteSubtreeLocked(ref.entry, EvictReason::kExplicit);
     }
   }
-  return report;
+  lock.unlock();
+  // The SSD copies too, or the next match would find them there.
+  if (s.ssd != nullptr) (void)EraseSsdCopies(s.ssd.get(), ssd_copies);
+  return finish_ssd();
 }
 
 std::vector<std::string> CacheStore::Namespaces() const {

@@ -16,6 +16,27 @@ std::string_view TierName(Tier tier) {
   return "UNKNOWN";
 }
 
+Status CheckFetchRequest(const FetchRequest& req, bool* want_swa) {
+  *want_swa = false;
+  if (req.match == nullptr) return InvalidArgument("fetch needs a match result");
+  const MatchResult& match = *req.match;
+  const size_t n = req.block_buffers.size();
+  if (n > match.blocks.size()) {
+    return InvalidArgument("fetch of " + std::to_string(n) + " blocks, match has " +
+                           std::to_string(match.blocks.size()));
+  }
+  for (size_t b = 0; b < n; ++b) {
+    if (req.block_buffers[b].size() < match.blocks[b].payload_bytes) {
+      return InvalidArgument("buffer for block " + std::to_string(b) + " is too small");
+    }
+  }
+  *want_swa = !req.swa_buffer.empty() && match.swa.has_value();
+  if (*want_swa && req.swa_buffer.size() < match.swa->entry.payload_bytes) {
+    return InvalidArgument("SWA buffer is too small");
+  }
+  return Status::Ok();
+}
+
 FetchFuture FetchFuture::Ready(FetchOutcome outcome) {
   FetchFuture f;
   f.Complete(std::move(outcome));

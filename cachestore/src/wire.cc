@@ -78,42 +78,82 @@ Status DecodeBlock(const v1::BlockMatch& in, BlockMatch* out) {
   return Status::Ok();
 }
 
+constexpr size_t kKeyBytes = sizeof(ChainKey::bytes);
+
+std::string PackKeys(std::span<const ChainKey> keys) {
+  std::string out(keys.size() * kKeyBytes, '\0');
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::memcpy(out.data() + i * kKeyBytes, keys[i].bytes.data(), kKeyBytes);
+  }
+  return out;
+}
+
+// 16-byte keys, concatenated; at most kMaxBlocksPerCall of them.
+Status UnpackKeys(const std::string& packed, const char* what, std::vector<ChainKey>* out) {
+  if (packed.size() % kKeyBytes != 0) {
+    return InvalidArgument(std::string(what) + ": packed keys are " +
+                           std::to_string(packed.size()) + " bytes, not a multiple of 16");
+  }
+  const size_t n = packed.size() / kKeyBytes;
+  if (n > kMaxBlocksPerCall) {
+    return InvalidArgument(std::string(what) + " of " + std::to_string(n) + " keys exceeds " +
+                           std::to_string(kMaxBlocksPerCall));
+  }
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy((*out)[i].bytes.data(), packed.data() + i * kKeyBytes, kKeyBytes);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 v1::MatchRequest EncodeMatchRequest(const MatchKeysRequest& r) {
   v1::MatchRequest out;
   out.set_model_id(Bytes(r.model_id));
   out.set_root_key(Bytes(r.root));
-  for (const ChainKey& k : r.keys) out.add_keys(Bytes(k));
+  out.set_keys(PackKeys(r.keys));
   out.set_block_tokens(r.block_tokens);
   out.set_want_swa(r.want_swa);
   out.set_take_lease(r.take_lease);
   out.set_lease_ttl_ms(static_cast<uint32_t>(r.lease_ttl / kNanosPerMs));
+  out.set_independent_keys(r.independent_keys);
   return out;
 }
 
 Status DecodeMatchRequest(const v1::MatchRequest& in, DecodedMatch* out) {
-  if (in.keys_size() > static_cast<int>(kMaxBlocksPerCall)) {
-    return InvalidArgument("match of " + std::to_string(in.keys_size()) + " keys exceeds " +
-                           std::to_string(kMaxBlocksPerCall));
-  }
   MatchKeysRequest& r = out->request;
   STRATA_RETURN_IF_ERROR(Digest(in.model_id(), "model_id", &r.model_id));
   STRATA_RETURN_IF_ERROR(Digest(in.root_key(), "root_key", &r.root));
-  out->keys.resize(static_cast<size_t>(in.keys_size()));
-  for (int i = 0; i < in.keys_size(); ++i) {
-    STRATA_RETURN_IF_ERROR(Digest(in.keys(i), "key", &out->keys[static_cast<size_t>(i)]));
-  }
+  STRATA_RETURN_IF_ERROR(UnpackKeys(in.keys(), "match", &out->keys));
   r.keys = out->keys;
   r.block_tokens = in.block_tokens();
   r.want_swa = in.want_swa();
   r.take_lease = in.take_lease();
+  r.independent_keys = in.independent_keys();
   return Ttl(in.lease_ttl_ms(), &r.lease_ttl);
 }
 
 v1::MatchResponse EncodeMatchResult(const MatchResult& m) {
   v1::MatchResponse out;
-  for (const BlockMatch& b : m.blocks) *out.add_blocks() = EncodeBlock(b);
+  v1::BlockRun* run = out.mutable_blocks();
+  const int n = static_cast<int>(m.blocks.size());
+  std::string* keys = run->mutable_keys();
+  keys->resize(m.blocks.size() * kKeyBytes);
+  run->mutable_tiers()->Reserve(n);
+  run->mutable_layout_ids()->Reserve(n);
+  run->mutable_payload_bytes()->Reserve(n);
+  run->mutable_checksums()->Reserve(n);
+  run->mutable_locations()->Reserve(n);
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    const BlockMatch& b = m.blocks[i];
+    std::memcpy(keys->data() + i * kKeyBytes, b.key.bytes.data(), kKeyBytes);
+    run->add_tiers(EncodeTier(b.tier));
+    run->add_layout_ids(b.layout_id);
+    run->add_payload_bytes(b.payload_bytes);
+    run->add_checksums(b.checksum);
+    run->add_locations(b.location);
+  }
   out.set_prefix_key(Bytes(m.prefix_key));
   if (m.swa.has_value()) {
     out.mutable_swa()->set_boundary_blocks(m.swa->boundary_blocks);
@@ -125,13 +165,27 @@ v1::MatchResponse EncodeMatchResult(const MatchResult& m) {
 }
 
 Result<MatchResult> DecodeMatchResponse(const v1::MatchResponse& in) {
-  if (in.blocks_size() > static_cast<int>(kMaxBlocksPerCall)) {
-    return InvalidArgument("match response has too many blocks");
-  }
   MatchResult m;
-  m.blocks.resize(static_cast<size_t>(in.blocks_size()));
-  for (int i = 0; i < in.blocks_size(); ++i) {
-    STRATA_RETURN_IF_ERROR(DecodeBlock(in.blocks(i), &m.blocks[static_cast<size_t>(i)]));
+  const v1::BlockRun& run = in.blocks();
+  std::vector<ChainKey> keys;
+  STRATA_RETURN_IF_ERROR(UnpackKeys(run.keys(), "match response", &keys));
+  const int n = static_cast<int>(keys.size());
+  if (run.tiers_size() != n || run.layout_ids_size() != n || run.payload_bytes_size() != n ||
+      run.checksums_size() != n || run.locations_size() != n) {
+    return InvalidArgument("match response: block arrays of different lengths");
+  }
+  m.blocks.resize(keys.size());
+  for (int i = 0; i < n; ++i) {
+    BlockMatch& b = m.blocks[static_cast<size_t>(i)];
+    b.key = keys[static_cast<size_t>(i)];
+    Result<Tier> tier = DecodeTier(run.tiers(i));
+    if (!tier.ok()) return tier.status();
+    b.tier = *tier;
+    b.layout_id = run.layout_ids(i);
+    b.payload_bytes = run.payload_bytes(i);
+    b.checksum = run.checksums(i);
+    b.location = run.locations(i);
+    if (b.payload_bytes > kMaxPayloadBytes) return InvalidArgument("payload size above the limit");
   }
   STRATA_RETURN_IF_ERROR(Digest(in.prefix_key(), "prefix_key", &m.prefix_key));
   if (in.has_swa()) {
@@ -309,6 +363,11 @@ Status DecodeEntryFilter(const v1::EntryFilter& in, DecodedFilter* out) {
       break;
     default:
       return InvalidArgument("unknown pinned filter");
+  }
+  if (in.tier() != v1::TIER_UNSPECIFIED) {
+    Result<Tier> tier = DecodeTier(in.tier());
+    if (!tier.ok()) return tier.status();
+    f.tier = *tier;
   }
   return Status::Ok();
 }

@@ -32,6 +32,11 @@ eviction_policy: aslru
 tokens_file: /etc/strata/tokens
 data_plane_mode: am
 log_format: json
+ssd_dir: /var/lib/strata/ssd
+ssd_bytes: 2TiB
+ssd_data_files: 4
+ssd_sync: false
+ssd_admission: hit_once
 )");
   auto c = LoadNodeConfig(path);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -45,14 +50,20 @@ log_format: json
   EXPECT_EQ(c->data_plane_mode, "am");
   EXPECT_TRUE(ValidateNodeConfig(*c).ok());
   EXPECT_EQ(c->tokens_file, "/etc/strata/tokens");  // absolute: kept
+  EXPECT_EQ(c->ssd_dir, "/var/lib/strata/ssd");
+  EXPECT_EQ(c->ssd_bytes, 2ull << 40);
+  EXPECT_EQ(c->ssd_data_files, 4u);
+  EXPECT_FALSE(c->ssd_sync);
+  EXPECT_EQ(c->ssd_admission, "hit_once");
 
   // Relative file names are relative to the config file.
-  auto rel =
-      LoadNodeConfig(WriteFile("rel.yaml", "tokens_file: tokens\ntls_cert_file: ../c.pem\n"));
+  auto rel = LoadNodeConfig(
+      WriteFile("rel.yaml", "tokens_file: tokens\ntls_cert_file: ../c.pem\nssd_dir: ssd\n"));
   ASSERT_TRUE(rel.ok());
   const std::string dir = std::filesystem::path(testing::TempDir("node-config")).string();
   EXPECT_EQ(rel->tokens_file, dir + "/tokens");
   EXPECT_EQ(rel->tls_cert_file, std::filesystem::path(dir).parent_path().string() + "/c.pem");
+  EXPECT_EQ(rel->ssd_dir, dir + "/ssd");
 
   ASSERT_TRUE(ApplyNodeConfigOverride(&*c, "dram_bytes=512MiB").ok());
   EXPECT_EQ(c->dram_bytes, 512ull << 20);
@@ -89,6 +100,14 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
   c.low_watermark = 0.5;
   c.data_plane_mode = "fast";
   EXPECT_FALSE(ValidateNodeConfig(c).ok());
+  c.data_plane_mode = "auto";
+  c.ssd_admission = "sometimes";
+  EXPECT_NE(ValidateNodeConfig(c).message().find("ssd_admission"), std::string::npos);
+  c.ssd_admission = "all";
+  EXPECT_NE(ApplyNodeConfigOverride(&c, "ssd_sync=maybe").message().find("ssd_sync"),
+            std::string::npos);
+  EXPECT_NE(ApplyNodeConfigOverride(&c, "ssd_data_files=0").message().find("ssd_data_files"),
+            std::string::npos);
 }
 
 TEST(TokenTableTest, ParsesAndAuthenticates) {

@@ -433,10 +433,9 @@ TEST_F(NodeTest, OversizedAndMalformedRequestsAreRejected) {
   req.set_model_id(std::string(16, 'm'));
   req.set_root_key(std::string(16, 'r'));
   req.set_block_tokens(256);
-  for (int i = 0; i < 4097; ++i) req.add_keys(std::string(16, 'k'));
+  req.set_keys(std::string(16 * 4097, 'k'));
   EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
-  req.clear_keys();
-  req.add_keys("short");
+  req.set_keys("short");
   EXPECT_EQ(match(req).code(), StatusCode::kInvalidArgument);
   req.clear_keys();
   req.set_block_tokens(0);
@@ -682,6 +681,123 @@ TEST_F(NodeTest, ManyConcurrentClients) {
   EXPECT_EQ(stats.read_leases(), 0u);
   EXPECT_EQ(stats.write_leases(), 0u);
   EXPECT_EQ(stats.global_kv_entries(), 2u + kClients * kRounds * 2u);
+}
+
+TEST_F(NodeTest, SsdTierSurvivesARestartAndPromotesUnderTheLease) {
+  const std::string ssd = dir_ + "/ssd";
+  const NodeProcess::Options options{
+      .port = FreePort(), .settings = {"ssd_dir=" + ssd, "ssd_bytes=256MiB", "ssd_sync=false"}};
+  StartNode(options);
+  Prompt p;
+  {
+    auto store = Open(*node_, kTokenA.token);
+    ASSERT_NE(store, nullptr);
+    p = MakePrompt(*store, 3, 31);
+    CommitAll(*store, p, /*with_swa=*/false);
+  }
+  // SIGTERM drains the write-back queue; DRAM is gone after the restart.
+  ASSERT_EQ(node_->Terminate(), 0) << node_->Log();
+  StartNode(options);
+  EXPECT_EQ(NodeStats(*node_).global_kv_entries(), 0u);
+  auto store = Open(*node_, kTokenA.token);
+  ASSERT_NE(store, nullptr);
+  // Without a lease the blocks are reported on the SSD tier; the fetch
+  // takes its own lease, which promotes them.
+  auto peek = MatchPrompt(*store, p, /*lease=*/false);
+  ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+  ASSERT_EQ(peek->blocks.size(), 3u);
+  for (const BlockMatch& b : peek->blocks) EXPECT_EQ(b.tier, Tier::kSsd);
+  ExpectSameBytes(FetchAll(*store, *peek), p, 3, false);
+  EXPECT_EQ(NodeStats(*node_).global_kv_entries(), 3u);  // promoted into DRAM
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->blocks.size(), 3u);
+  for (const BlockMatch& b : m->blocks) EXPECT_EQ(b.tier, Tier::kDram);
+  ExpectSameBytes(FetchAll(*store, *m), p, 3, false);
+  EXPECT_TRUE(store->Abort(m->lease).ok());
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
+  // Another tenant sees none of it, on either tier.
+  auto other = Open(*node_, kTokenB.token);
+  ASSERT_NE(other, nullptr);
+  auto miss = MatchPrompt(*other, p, /*lease=*/false);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_TRUE(miss->blocks.empty());
+}
+
+TEST_F(NodeTest, SsdLeasedMatchPromotesSsdOnlyBlocks) {
+  // A leased match right after the restart promotes before answering, so
+  // every block it reports is in DRAM with a readable location.
+  const std::string ssd = dir_ + "/ssd";
+  const NodeProcess::Options options{
+      .port = FreePort(), .settings = {"ssd_dir=" + ssd, "ssd_bytes=256MiB", "ssd_sync=false"}};
+  StartNode(options);
+  Prompt p;
+  {
+    auto store = Open(*node_, kTokenA.token, "am");
+    ASSERT_NE(store, nullptr);
+    p = MakePrompt(*store, 2, 32);
+    CommitAll(*store, p, /*with_swa=*/false);
+  }
+  ASSERT_EQ(node_->Terminate(), 0) << node_->Log();
+  StartNode(options);
+  auto store = Open(*node_, kTokenA.token, "am");
+  ASSERT_NE(store, nullptr);
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->blocks.size(), 2u);
+  for (const BlockMatch& b : m->blocks) EXPECT_EQ(b.tier, Tier::kDram);
+  ExpectSameBytes(FetchAll(*store, *m), p, 2, false);
+  EXPECT_TRUE(store->Abort(m->lease).ok());
+}
+
+TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 2, 33);
+  CommitAll(*store, p);
+  // The node ends the leases a match names before its lookup.
+  auto first = MatchPrompt(*store, p);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
+  v1::MatchRequest req = wire::EncodeMatchRequest(MatchKeysRequest{
+      .model_id = TestModel(), .root = p.keys[0], .keys = {}, .take_lease = false});
+  req.add_release_leases(first->lease);
+  req.add_release_leases(424242);  // unknown: ignored
+  ASSERT_TRUE(RawCall(*node_, kTokenA.token, [&](auto ch, grpc::ClientContext* ctx) {
+                v1::MatchResponse resp;
+                return v1::CacheStore::NewStub(ch)->Match(ctx, req, &resp);
+              }).ok());
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
+  for (int i = 0; i <= 64; ++i) req.add_release_leases(i);
+  EXPECT_EQ(RawCall(*node_, kTokenA.token,
+                    [&](auto ch, grpc::ClientContext* ctx) {
+                      v1::MatchResponse resp;
+                      return v1::CacheStore::NewStub(ch)->Match(ctx, req, &resp);
+                    })
+                .code(),
+            StatusCode::kInvalidArgument);
+
+  // Through the client: Release returns at once, and the lease ends soon
+  // after even when no match follows to carry it.
+  auto second = MatchPrompt(*store, p);
+  ASSERT_TRUE(second.ok());
+  ExpectSameBytes(FetchAll(*store, *second), p, 2, true);
+  store->Release(second->lease);
+  uint64_t live = 1;
+  for (int i = 0; i < 200 && live != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    live = NodeStats(*node_).read_leases();
+  }
+  EXPECT_EQ(live, 0u);
+  // Released and then matched again at once: never more than the new lease.
+  for (int i = 0; i < 20; ++i) {
+    auto m = MatchPrompt(*store, p);
+    ASSERT_TRUE(m.ok());
+    store->Release(m->lease);
+  }
+  store.reset();  // the flusher sends what is left before the client goes
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "node_process.h"
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
+#include "strata/wire.h"
 #include "test_util.h"
 
 namespace strata::testing {

@@ -280,7 +280,7 @@ void Engine::ReleaseFetch(Sequence& seq) {
   seq.swa_buffer.clear();
   seq.swa_buffer.shrink_to_fit();
   if (seq.match.lease != 0 && options_.store != nullptr) {
-    (void)options_.store->Abort(seq.match.lease);  // safe to repeat; expiry covers a failure
+    options_.store->Release(seq.match.lease);  // no round trip; expiry covers a failure
     seq.match.lease = 0;
   }
 }

@@ -84,6 +84,8 @@ struct EntryFilter {
   std::optional<StateKind> kind;
   Nanos older_than = 0;  // committed at least this long ago
   std::optional<bool> pinned;
+  // kDram: entries in DRAM (an SSD copy or not); kSsd: SSD-only entries.
+  std::optional<Tier> tier;
 };
 
 // A page of entries in (chain key, kind) order; `after` resumes a listing.

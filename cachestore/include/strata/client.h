@@ -5,6 +5,14 @@
 //                        ClientOptions::inproc_store, shared with its owner)
 //   strata://host:port   a strata-node: gRPC control plane at host:port,
 //                        bulk bytes over UCX
+//   strata://h1:p1,h2:p2,...
+//                        a static cluster of nodes (DESIGN §6): blocks
+//                        placed by rendezvous hashing over the nodes, each
+//                        written to `replication_factor` of them
+//   strata+etcd://h1:2379[,h2:2379]/<cluster>
+//                        a cluster whose live nodes etcd lists (DESIGN §6);
+//                        placed and replicated as above, R from etcd unless
+//                        `replication_factor` is set
 #pragma once
 
 #include <memory>
@@ -26,6 +34,9 @@ struct ClientOptions {
   Nanos timeout = Seconds(10);
   // strata://: data-plane mode, "auto", "rma" or "am" (active messages).
   std::string data_plane_mode = "auto";
+  // A cluster: how many nodes each block is written to (capped at the
+  // number of nodes); 0 takes the cluster's setting (1 for a static list).
+  uint32_t replication_factor = 0;
 
   // inproc://: attach to this store; when null a private store with
   // `inproc_dram_bytes` of DRAM is created and owned by the Store.

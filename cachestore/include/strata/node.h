@@ -26,6 +26,15 @@ struct NodeConfig {
   Nanos read_lease_ttl = Seconds(10);
   Nanos write_lease_ttl = Seconds(30);
   std::string eviction_policy = "lru";
+  // SSD tier (DESIGN §4): off while ssd_dir is empty. Remote matches promote
+  // SSD-only blocks into DRAM under the caller's lease, so clients only ever
+  // read DRAM.
+  std::string ssd_dir;
+  std::string ssd_index_dir;  // default <ssd_dir>/index
+  uint64_t ssd_bytes = 64ull << 30;
+  uint32_t ssd_data_files = 1;
+  bool ssd_sync = true;               // fdatasync data before its index entry
+  std::string ssd_admission = "all";  // all (every GLOBAL_KV commit) or hit_once
   // Bearer tokens: one "sha256:<hex of the token> <namespace> <role>" per
   // line (role: read, write or admin; namespace "*" is the operator, admin
   // calls only). Required: a node never serves unauthenticated callers.
@@ -36,6 +45,16 @@ struct NodeConfig {
   Nanos shutdown_grace = Seconds(10);    // in-flight work gets this long on SIGTERM
   std::string log_format = "text";       // text or json
   std::string log_level = "info";
+  // Cluster membership (DESIGN §6): the node registers itself in etcd under
+  // /strata/<name>/nodes/<node_id> with a lease. Off while etcd_endpoints is
+  // empty (one machine, static membership). YAML: a `cluster:` mapping;
+  // --set cluster.<key>=value.
+  struct Cluster {
+    std::string etcd_endpoints;  // "http://10.0.0.1:2379,http://10.0.0.2:2379"
+    std::string name = "strata";
+    std::string advertise;         // host:port clients dial; default: listen host, bound port
+    Nanos lease_ttl = Seconds(5);  // a dead node leaves routing within this
+  } cluster;
 };
 
 // Reads a YAML config (deploy/strata-node.yaml documents every key).

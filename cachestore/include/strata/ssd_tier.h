@@ -19,6 +19,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strata/chain_key.h"
@@ -36,8 +38,8 @@ constexpr uint64_t SsdIoBytes(uint64_t payload_bytes) {
 }
 
 struct SsdTierOptions {
-  std::string dir;        // data files live here, and the index by default
-  std::string index_dir;  // the RocksDB index; default <dir>/index
+  std::string dir;                        // data files live here, and the index by default
+  std::string index_dir;                  // the RocksDB index; default <dir>/index
   uint64_t capacity_bytes = 64ull << 30;  // over all data files
   uint32_t data_files = 1;                // data-0.bin ... spread round-robin
   uint32_t queue_depth = 32;              // I/Os in flight per batch
@@ -145,6 +147,10 @@ class SsdTier {
   // Records a use (for eviction order) without reading.
   void Touch(const SsdKey& key);
   Status Erase(const SsdKey& key);
+  // Every unexpired entry of namespace `ns`, for admin calls (a scan of the
+  // in-memory index; no I/O). Times are on the tier's clock, see Now().
+  std::vector<std::pair<SsdKey, SsdEntryMeta>> List(std::string_view ns) const;
+  Nanos Now() const;
 
   // TTL expiry, then eviction down to the low watermark if above the high
   // one. Returns how many entries went.

@@ -28,6 +28,11 @@ class Store {
                                        std::span<const CommitPayload> payloads) = 0;
   virtual Status RenewLease(LeaseId lease, Nanos ttl) = 0;
   virtual Status Abort(LeaseId lease) = 0;
+  // Ends a read lease without waiting for the store to confirm it: the hot
+  // path after a fetch. A remote store sends it with its next call (or
+  // within a few milliseconds); a lease never released still ends at its
+  // expiry. Default: Abort, ignoring the outcome.
+  virtual void Release(LeaseId lease) { (void)Abort(lease); }
 };
 
 // `inproc://`: calls straight into a CacheStore shared with its owner.

@@ -38,6 +38,7 @@ using LeaseId = uint64_t;
 // Limits on one request; larger inputs get INVALID_ARGUMENT.
 constexpr size_t kMaxPromptTokens = 1u << 20;       // 1,048,576 tokens
 constexpr size_t kMaxBlocksPerCall = 4096;          // keys per match/commit
+constexpr size_t kMaxReleasesPerMatch = 64;         // leases a match may end first
 constexpr uint64_t kMaxPayloadBytes = 64ull << 20;  // one entry
 constexpr uint32_t kMinBlockTokens = 1;
 constexpr uint32_t kMaxBlockTokens = 65536;
@@ -67,6 +68,16 @@ struct MatchKeysRequest {
   bool want_swa = true;
   bool take_lease = false;
   Nanos lease_ttl = 0;
+  // Look every key up on its own: a miss does not end the lookup, and
+  // `blocks` are the hits in request order (identified by key), not a
+  // leading run. For a cluster, where a node holds only some of a prompt's
+  // blocks; SWA state is searched below the last hits as usual.
+  bool independent_keys = false;
+  // With take_lease: SSD-only hits are read into DRAM before the answer and
+  // leased like DRAM hits (Tier::kDram, with a location). A node does this
+  // for remote callers, which can only read DRAM. A block that cannot be
+  // promoted (no DRAM room, corrupt) ends the hit run.
+  bool promote_ssd = false;
 };
 
 struct BlockMatch {
@@ -129,6 +140,11 @@ struct FetchOutcome {
   uint64_t bytes = 0;
   Status status;  // first failure that cut the prefix short, OK otherwise
 };
+
+// The argument checks every Store::Fetch makes: a match, no more buffers
+// than hit blocks, each big enough, and an SWA buffer that fits. Sets
+// *want_swa (an SWA buffer was given and the match has SWA state).
+Status CheckFetchRequest(const FetchRequest& req, bool* want_swa);
 
 // The body half of a verified fetch, for a store that can address the
 // stored bytes (in-process, or a node's arena mapped into this process):
@@ -210,6 +226,10 @@ struct PublishResult {
   // for a missing parent).
   std::vector<Status> blocks;
   uint32_t published = 0;
+  // Cluster stores: per block, how many replicas hold it after the call
+  // (writes are best effort: fewer than R when a replica failed, and
+  // `blocks` says OK when at least one did). Empty for a single store.
+  std::vector<uint32_t> replicas;
 };
 
 // One block for the single-call Commit: metadata, bytes and their checksum

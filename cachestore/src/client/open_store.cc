@@ -1,5 +1,6 @@
 #include <string>
 
+#include "cluster/cluster_store.h"
 #include "remote_store.h"
 #include "strata/client.h"
 
@@ -21,9 +22,33 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view uri, const ClientOptio
     }
     return OpenInProcessStore(std::move(store), options.inproc_caller);
   }
+  constexpr std::string_view kEtcd = "strata+etcd://";
+  if (uri.starts_with(kEtcd)) {
+    // strata+etcd://h1:2379[,h2:2379]/<cluster>: nodes as etcd lists them.
+    const std::string_view rest = uri.substr(kEtcd.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size()) {
+      return InvalidArgument("expected strata+etcd://host:port[,host:port]/<cluster>, got '" +
+                             std::string(uri) + "'");
+    }
+    Result<std::vector<NodeInfo>> endpoints = ParseNodeList(rest.substr(0, slash));
+    if (!endpoints.ok()) return endpoints.status();
+    EtcdMembershipOptions etcd;
+    for (const NodeInfo& e : *endpoints) etcd.endpoints.push_back("http://" + e.address);
+    etcd.cluster = std::string(rest.substr(slash + 1));
+    Result<std::unique_ptr<Membership>> membership = OpenEtcdMembership(etcd);
+    if (!membership.ok()) return membership.status();
+    return OpenClusterStore(std::move(membership).value(), options);
+  }
   constexpr std::string_view kStrata = "strata://";
   if (uri.starts_with(kStrata)) {
     const std::string target(uri.substr(kStrata.size()));
+    if (target.find(',') != std::string::npos) {
+      // A static cluster: one node list, nothing to watch.
+      Result<std::vector<NodeInfo>> nodes = ParseNodeList(target);
+      if (!nodes.ok()) return nodes.status();
+      return OpenClusterStore(MakeStaticMembership(std::move(nodes).value()), options);
+    }
     if (target.empty() || target.find('/') != std::string::npos ||
         target.find(':') == std::string::npos) {
       return InvalidArgument("expected strata://host:port, got '" + std::string(uri) + "'");
@@ -31,7 +56,8 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view uri, const ClientOptio
     return OpenRemoteStore(target, options);
   }
   return InvalidArgument("unknown store URI '" + std::string(uri) +
-                         "': expected inproc:// or strata://host:port");
+                         "': expected inproc://, strata://host:port, strata://h1:p1,h2:p2,... or "
+                         "strata+etcd://host:port/<cluster>");
 }
 
 }  // namespace strata

@@ -8,12 +8,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 #include "file_util.h"
@@ -61,16 +64,23 @@ Status VerifyGroup(const PayloadCheck& p, size_t g) {
   return Status::Ok();
 }
 
-class RemoteStore final : public Store {
+class RemoteStore final : public NodeClient {
  public:
   RemoteStore(const std::shared_ptr<grpc::Channel>& channel, ClientOptions options,
               dataplane::Mode mode)
       : stub_(v1::CacheStore::NewStub(channel)),
         options_(std::move(options)),
         mode_(mode),
-        bearer_("Bearer " + options_.token) {}
+        bearer_("Bearer " + options_.token),
+        release_flusher_([this] { FlushReleases(); }) {}
 
   ~RemoteStore() override {
+    {
+      std::lock_guard lock(release_mu_);
+      stopping_ = true;
+    }
+    release_cv_.notify_all();
+    release_flusher_.join();  // sends what is still queued
     // Reservations staged here and never published: tell the node.
     std::vector<LeaseId> pending;
     {
@@ -84,6 +94,8 @@ class RemoteStore final : public Store {
     std::lock_guard lock(dp_mu_);
     return ConnectLocked();
   }
+
+  const std::string& caller_namespace() const override { return ns_; }
 
   Result<MatchResult> Match(const MatchRequest& req) override {
     if (req.tokens.size() > kMaxPromptTokens) {
@@ -114,7 +126,16 @@ class RemoteStore final : public Store {
       return InvalidArgument("match of " + std::to_string(req.keys.size()) + " keys exceeds " +
                              std::to_string(kMaxBlocksPerCall));
     }
-    const v1::MatchRequest wire_req = wire::EncodeMatchRequest(req);
+    v1::MatchRequest wire_req = wire::EncodeMatchRequest(req);
+    {
+      // Queued releases ride along (lost if the call fails: they expire).
+      std::lock_guard lock(release_mu_);
+      const size_t n = std::min(releases_.size(), kMaxReleasesPerMatch);
+      for (size_t i = releases_.size() - n; i < releases_.size(); ++i) {
+        wire_req.add_release_leases(releases_[i]);
+      }
+      releases_.resize(releases_.size() - n);
+    }
     v1::MatchResponse resp;
     // The lease runs from before the request left, so our idea of its
     // expiry is never later than the node's.
@@ -240,6 +261,21 @@ class RemoteStore final : public Store {
     return Status::Ok();
   }
 
+  void Release(LeaseId lease) override {
+    if (lease == 0) return;
+    {
+      std::lock_guard lock(leases_mu_);
+      lease_expiry_.erase(lease);
+    }
+    {
+      std::lock_guard lock(release_mu_);
+      // Past the cap the oldest are dropped: they still end at expiry.
+      if (releases_.size() >= kMaxQueuedReleases) releases_.erase(releases_.begin());
+      releases_.push_back(lease);
+    }
+    release_cv_.notify_one();
+  }
+
   Status Abort(LeaseId lease) override {
     {
       std::lock_guard lock(staged_mu_);
@@ -263,6 +299,35 @@ class RemoteStore final : public Store {
   };
 
   Nanos Deadline() const { return SteadyClock().Now() + options_.timeout; }
+
+  // The release flusher: leases released and not carried by a match within
+  // kReleaseDelay are ended with Abort calls, so an idle client never holds
+  // blocks against eviction for a whole lease TTL.
+  void FlushReleases() {
+    constexpr auto kReleaseDelay = std::chrono::milliseconds(2);
+    std::unique_lock lock(release_mu_);
+    while (true) {
+      release_cv_.wait(lock, [&] { return stopping_ || !releases_.empty(); });
+      if (!stopping_) release_cv_.wait_for(lock, kReleaseDelay, [&] { return stopping_; });
+      std::vector<LeaseId> batch;
+      batch.swap(releases_);
+      if (batch.empty() && stopping_) return;
+      lock.unlock();
+      // One Abort call per kMaxReleasesPerMatch leases; failures are not
+      // retried (a node that is down took its leases with it, and an
+      // unreachable one lets them expire).
+      for (size_t i = 0; i < batch.size(); i += kMaxReleasesPerMatch) {
+        v1::AbortRequest req;
+        for (size_t j = i; j < std::min(batch.size(), i + kMaxReleasesPerMatch); ++j) {
+          req.add_release_leases(batch[j]);
+        }
+        v1::AbortResponse resp;
+        (void)Call([&](grpc::ClientContext* c) { return stub_->Abort(c, req, &resp); },
+                   /*idempotent=*/true);
+      }
+      lock.lock();
+    }
+  }
 
   // One control-plane call with a deadline and credentials; idempotent calls
   // are retried once when the channel was unavailable (a node restart).
@@ -389,28 +454,11 @@ class RemoteStore final : public Store {
 
   FetchOutcome FetchNow(const FetchRequest& req) {
     FetchOutcome out;
-    if (req.match == nullptr) {
-      out.status = InvalidArgument("fetch needs a match result");
-      return out;
-    }
+    bool want_swa = false;
+    out.status = CheckFetchRequest(req, &want_swa);
+    if (!out.status.ok()) return out;
     const MatchResult& match = *req.match;
     const size_t n = req.block_buffers.size();
-    if (n > match.blocks.size()) {
-      out.status = InvalidArgument("fetch of " + std::to_string(n) + " blocks, match has " +
-                                   std::to_string(match.blocks.size()));
-      return out;
-    }
-    for (size_t b = 0; b < n; ++b) {
-      if (req.block_buffers[b].size() < match.blocks[b].payload_bytes) {
-        out.status = InvalidArgument("buffer for block " + std::to_string(b) + " is too small");
-        return out;
-      }
-    }
-    const bool want_swa = !req.swa_buffer.empty() && match.swa.has_value();
-    if (want_swa && req.swa_buffer.size() < match.swa->entry.payload_bytes) {
-      out.status = InvalidArgument("SWA buffer is too small");
-      return out;
-    }
     if (n == 0 && !want_swa) return out;
 
     // Locations are only good under a lease: take one if the match did not.
@@ -452,6 +500,24 @@ class RemoteStore final : public Store {
   // layer group is copied and hashed in one pass, as the in-process store
   // does, layer group by layer group across blocks. Bytes that changed
   // under us (a lease that ran out) fail their checksum and are not served.
+  // How many of the first n blocks of `match` the lease covers: in order,
+  // the same entries, and in DRAM (only DRAM has a readable location).
+  static size_t LeasedPrefix(const MatchResult& match, const MatchResult& leased, size_t n) {
+    size_t i = 0;
+    while (i < n && i < leased.blocks.size() && leased.blocks[i].tier == Tier::kDram &&
+           leased.blocks[i].key == match.blocks[i].key &&
+           leased.blocks[i].checksum == match.blocks[i].checksum &&
+           leased.blocks[i].payload_bytes == match.blocks[i].payload_bytes) {
+      ++i;
+    }
+    return i;
+  }
+  static bool SwaLeased(const MatchResult& match, const MatchResult& leased) {
+    return leased.swa.has_value() && leased.swa->entry.tier == Tier::kDram &&
+           leased.swa->entry.key == match.swa->entry.key &&
+           leased.swa->entry.checksum == match.swa->entry.checksum;
+  }
+
   void FetchMapped(const std::byte* base, const MatchResult& match, const MatchResult& leased,
                    const FetchRequest& req, size_t n, bool want_swa, FetchOutcome& out) {
     Status status;
@@ -465,13 +531,7 @@ class RemoteStore final : public Store {
         return nullptr;
       return base + b.location;
     };
-    size_t usable = 0;
-    while (usable < n && usable < leased.blocks.size() &&
-           leased.blocks[usable].key == match.blocks[usable].key &&
-           leased.blocks[usable].checksum == match.blocks[usable].checksum &&
-           leased.blocks[usable].payload_bytes == match.blocks[usable].payload_bytes) {
-      ++usable;
-    }
+    size_t usable = LeasedPrefix(match, leased, n);
     if (usable < n) status = NotFound("block " + std::to_string(usable) + " is no longer stored");
     auto cut = [&](size_t b, const Status& why) {
       if (b < usable) {
@@ -515,9 +575,7 @@ class RemoteStore final : public Store {
     }
     out.blocks_ready = static_cast<uint32_t>(usable);
     // The SWA state, when the prefix it belongs to arrived whole.
-    const bool swa_ok = want_swa && leased.swa.has_value() &&
-                        leased.swa->entry.key == match.swa->entry.key &&
-                        leased.swa->entry.checksum == match.swa->entry.checksum;
+    const bool swa_ok = want_swa && SwaLeased(match, leased);
     PayloadCheck swa;
     bool swa_landed = false;
     if (swa_ok && usable >= leased.swa->boundary_blocks) {
@@ -558,18 +616,10 @@ class RemoteStore final : public Store {
   void FetchInto(const FetchRequest& req, const MatchResult& match, const MatchResult& leased,
                  size_t n, bool want_swa, FetchOutcome& out) {
     // Blocks the lease really covers, in order and with the same identity.
-    size_t covered = 0;
-    while (covered < n && covered < leased.blocks.size() &&
-           leased.blocks[covered].key == match.blocks[covered].key &&
-           leased.blocks[covered].checksum == match.blocks[covered].checksum &&
-           leased.blocks[covered].payload_bytes == match.blocks[covered].payload_bytes) {
-      ++covered;
-    }
+    const size_t covered = LeasedPrefix(match, leased, n);
     Status status;
     if (covered < n) status = NotFound("block " + std::to_string(covered) + " is no longer stored");
-    const bool swa_ok = want_swa && leased.swa.has_value() &&
-                        leased.swa->entry.key == match.swa->entry.key &&
-                        leased.swa->entry.checksum == match.swa->entry.checksum;
+    const bool swa_ok = want_swa && SwaLeased(match, leased);
 
     std::vector<PayloadCheck> checks(covered + (swa_ok ? 1 : 0));
     std::vector<dataplane::DataPlaneClient::ReadOp> ops;
@@ -752,12 +802,27 @@ class RemoteStore final : public Store {
   // the client refuses to read under a lease it knows has ended.
   std::mutex leases_mu_;
   std::unordered_map<LeaseId, Nanos> lease_expiry_;
+
+  // Released read leases not yet sent (see Release and FlushReleases).
+  static constexpr size_t kMaxQueuedReleases = 4096;
+  std::mutex release_mu_;
+  std::condition_variable release_cv_;
+  std::vector<LeaseId> releases_;
+  bool stopping_ = false;
+  std::thread release_flusher_;  // last: starts once everything above exists
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
                                                const ClientOptions& options) {
+  Result<std::unique_ptr<NodeClient>> node = ConnectNode(target, options);
+  if (!node.ok()) return node.status();
+  return std::unique_ptr<Store>(std::move(node).value());
+}
+
+Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
+                                                const ClientOptions& options) {
   ClientOptions opts = options;
   if (opts.token.empty()) {
     if (const char* env = std::getenv("STRATA_TOKEN"); env != nullptr) opts.token = env;
@@ -785,7 +850,7 @@ Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
   auto store =
       std::make_unique<RemoteStore>(grpc::CreateCustomChannel(target, creds, args), opts, *mode);
   STRATA_RETURN_IF_ERROR(store->Connect());
-  return std::unique_ptr<Store>(std::move(store));
+  return std::unique_ptr<NodeClient>(std::move(store));
 }
 
 }  // namespace strata

@@ -11,4 +11,15 @@ namespace strata {
 Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
                                                const ClientOptions& options);
 
+// A RemoteStore with what the cluster client needs beyond Store: the
+// namespace the node maps our token to (it feeds key[0], so the cluster
+// derives chain keys once for all nodes).
+class NodeClient : public Store {
+ public:
+  virtual const std::string& caller_namespace() const = 0;
+};
+
+Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
+                                                const ClientOptions& options);
+
 }  // namespace strata

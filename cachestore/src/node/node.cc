@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cluster/node_registration.h"
 #include "file_util.h"
 #include "http_endpoint.h"
 #include "node_service.h"
@@ -29,6 +30,30 @@ std::string HostName() {
   return name;
 }
 
+// Registers the node in etcd (cluster.etcd_endpoints set); the record
+// follows the draining flag.
+Result<std::unique_ptr<cluster::NodeRegistration>> StartRegistration(const NodeConfig& config,
+                                                                     NodeState& state,
+                                                                     int grpc_port) {
+  cluster::NodeRegistrationOptions o;
+  o.etcd_endpoints = {config.cluster.etcd_endpoints};
+  o.cluster = config.cluster.name;
+  o.lease_ttl =
+      std::chrono::seconds(std::max<Nanos>(1, config.cluster.lease_ttl / kNanosPerSecond));
+  o.record.info.node_id = state.node_id;
+  o.record.info.address = config.cluster.advertise;
+  if (o.record.info.address.empty()) {
+    // The listen host with the bound port; a wildcard host means "this host".
+    std::string host = config.listen.substr(0, config.listen.rfind(':'));
+    if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
+    o.record.info.address = host + ":" + std::to_string(grpc_port);
+  }
+  o.record.data_plane_host = HostName();
+  o.record.capacity_bytes = config.dram_bytes;
+  o.draining = [s = &state] { return s->draining.load(); };
+  return cluster::NodeRegistration::Start(std::move(o));
+}
+
 }  // namespace
 
 struct Node::Impl {
@@ -40,6 +65,7 @@ struct Node::Impl {
   std::unique_ptr<grpc::Server> server;
   int grpc_port = 0;
   std::unique_ptr<HttpEndpoint> http;
+  std::unique_ptr<cluster::NodeRegistration> registration;  // with cluster.etcd_endpoints
 
   std::mutex mu;
   std::condition_variable cv;
@@ -102,6 +128,21 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   opts.default_read_lease_ttl = config.read_lease_ttl;
   opts.default_write_lease_ttl = config.write_lease_ttl;
   opts.eviction_policy = config.eviction_policy;
+  if (!config.ssd_dir.empty()) {
+    SsdTierOptions ssd;
+    ssd.dir = config.ssd_dir;
+    ssd.index_dir = config.ssd_index_dir;
+    ssd.capacity_bytes = config.ssd_bytes;
+    ssd.data_files = config.ssd_data_files;
+    ssd.sync = config.ssd_sync;
+    ssd.ttl = config.global_kv_ttl;
+    ssd.high_watermark = config.high_watermark;
+    ssd.low_watermark = config.low_watermark;
+    opts.ssd = std::move(ssd);
+    opts.ssd_admission = config.ssd_admission == "hit_once"
+                             ? CacheStoreOptions::SsdAdmission::kHitOnce
+                             : CacheStoreOptions::SsdAdmission::kAllGlobalKv;
+  }
   Result<std::unique_ptr<CacheStore>> store = CacheStore::Open(std::move(opts));
   if (!store.ok()) return store.status();
   st.SetStore(std::move(store).value());
@@ -150,6 +191,16 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
     }
     impl->http = std::move(http).value();
   }
+  if (!config.cluster.etcd_endpoints.empty()) {
+    Result<std::unique_ptr<cluster::NodeRegistration>> reg =
+        StartRegistration(config, st, impl->grpc_port);
+    if (!reg.ok()) {
+      if (impl->http != nullptr) impl->http->Stop();
+      impl->server->Shutdown();
+      return reg.status();
+    }
+    impl->registration = std::move(reg).value();
+  }
   spdlog::info(
       "event=node_started node_id={} grpc_port={} http_port={} dram_bytes={} tokens={} "
       "data_plane_mode={} rdma_devices={} tls={}",
@@ -183,6 +234,13 @@ void Node::Shutdown() {
   spdlog::info("event=node_stopping node_id={} grace_ms={}", n.state.node_id,
                n.config.shutdown_grace / kNanosPerMilli);
   n.state.draining.store(true);
+  // Leave the cluster first: clients stop routing here while in-flight work
+  // finishes, instead of finding out when the lease runs out.
+  if (n.registration != nullptr) {
+    if (Status st = n.registration->Deregister(); !st.ok()) {
+      spdlog::warn("event=etcd_deregister_failed error=\"{}\"", st.ToString());
+    }
+  }
   // Stop accepting calls; in-flight ones get the grace period, then are
   // cancelled.
   const auto deadline =

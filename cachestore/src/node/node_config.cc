@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "cluster/etcd_client.h"
+#include "cluster/etcd_membership.h"
 #include "strata/data_plane.h"
 #include "strata/node.h"
 
@@ -59,6 +61,21 @@ Result<double> ParseFraction(const std::string& text) {
   return v;
 }
 
+Result<uint32_t> ParseCount(const std::string& text) {
+  uint32_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v == 0 || v > 1024) {
+    return InvalidArgument("not a count in [1, 1024]: '" + text + "'");
+  }
+  return v;
+}
+
+Result<bool> ParseBool(const std::string& text) {
+  if (text == "true" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "no" || text == "off") return false;
+  return InvalidArgument("not a boolean: '" + text + "' (use true or false)");
+}
+
 using Setter = std::function<Status(NodeConfig*, const std::string&)>;
 
 template <typename T, typename Parse>
@@ -92,6 +109,12 @@ const std::map<std::string, Setter>& Setters() {
       {"read_lease_ttl", Field(&NodeConfig::read_lease_ttl, ParseDuration)},
       {"write_lease_ttl", Field(&NodeConfig::write_lease_ttl, ParseDuration)},
       {"eviction_policy", Text(&NodeConfig::eviction_policy)},
+      {"ssd_dir", Text(&NodeConfig::ssd_dir)},
+      {"ssd_index_dir", Text(&NodeConfig::ssd_index_dir)},
+      {"ssd_bytes", Field(&NodeConfig::ssd_bytes, ParseBytes)},
+      {"ssd_data_files", Field(&NodeConfig::ssd_data_files, ParseCount)},
+      {"ssd_sync", Field(&NodeConfig::ssd_sync, ParseBool)},
+      {"ssd_admission", Text(&NodeConfig::ssd_admission)},
       {"tokens_file", Text(&NodeConfig::tokens_file)},
       {"tls_cert_file", Text(&NodeConfig::tls_cert_file)},
       {"tls_key_file", Text(&NodeConfig::tls_key_file)},
@@ -99,6 +122,29 @@ const std::map<std::string, Setter>& Setters() {
       {"shutdown_grace", Field(&NodeConfig::shutdown_grace, ParseDuration)},
       {"log_format", Text(&NodeConfig::log_format)},
       {"log_level", Text(&NodeConfig::log_level)},
+      // The `cluster:` section (YAML) is flattened to cluster.<key>.
+      {"cluster.etcd_endpoints",
+       [](NodeConfig* c, const std::string& v) {
+         c->cluster.etcd_endpoints = v;
+         return Status::Ok();
+       }},
+      {"cluster.name",
+       [](NodeConfig* c, const std::string& v) {
+         c->cluster.name = v;
+         return Status::Ok();
+       }},
+      {"cluster.advertise",
+       [](NodeConfig* c, const std::string& v) {
+         c->cluster.advertise = v;
+         return Status::Ok();
+       }},
+      {"cluster.lease_ttl",
+       [](NodeConfig* c, const std::string& v) -> Status {
+         Result<Nanos> d = ParseDuration(v);
+         if (!d.ok()) return d.status();
+         c->cluster.lease_ttl = *d;
+         return Status::Ok();
+       }},
   };
   return kSetters;
 }
@@ -125,6 +171,18 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   if (!root.IsMap()) return InvalidArgument("config " + path + ": expected a mapping of keys");
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>("");
+    if (key == "cluster" && kv.second.IsMap()) {
+      for (const auto& sub : kv.second) {
+        const std::string sub_key = "cluster." + sub.first.as<std::string>("");
+        if (!sub.second.IsScalar()) {
+          return InvalidArgument(
+              fmt::format("config {}: '{}' must be a single value", path, sub_key));
+        }
+        Status st = Set(&config, sub_key, sub.second.Scalar());
+        if (!st.ok()) return InvalidArgument("config " + path + ": " + st.message());
+      }
+      continue;
+    }
     if (!kv.second.IsScalar()) {
       return InvalidArgument(fmt::format("config {}: '{}' must be a single value", path, key));
     }
@@ -133,7 +191,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   }
   // Files named in a config are relative to the config's own directory.
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  for (std::string* file : {&config.tokens_file, &config.tls_cert_file, &config.tls_key_file}) {
+  for (std::string* file : {&config.tokens_file, &config.tls_cert_file, &config.tls_key_file,
+                            &config.ssd_dir, &config.ssd_index_dir}) {
     if (!file->empty() && std::filesystem::path(*file).is_relative()) {
       *file = (dir / *file).lexically_normal().string();
     }
@@ -169,6 +228,22 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   if (c.read_lease_ttl <= 0 || c.read_lease_ttl > kMaxLeaseTtl || c.write_lease_ttl <= 0 ||
       c.write_lease_ttl > kMaxLeaseTtl) {
     return InvalidArgument("lease TTLs must be in (0, 10m]");
+  }
+  if (c.ssd_admission != "all" && c.ssd_admission != "hit_once") {
+    return InvalidArgument("ssd_admission must be all or hit_once");
+  }
+  if (!c.ssd_dir.empty() && c.ssd_bytes < (64ull << 20)) {
+    return InvalidArgument("ssd_bytes must be at least 64MiB");
+  }
+  if (!c.cluster.etcd_endpoints.empty()) {
+    if (Result<std::vector<std::string>> e = cluster::ParseEtcdEndpoints(c.cluster.etcd_endpoints);
+        !e.ok()) {
+      return InvalidArgument("cluster.etcd_endpoints: " + e.status().message());
+    }
+    STRATA_RETURN_IF_ERROR(cluster::ValidateKeySegment("cluster.name", c.cluster.name));
+    if (c.cluster.lease_ttl < Seconds(1) || c.cluster.lease_ttl > Minutes(10)) {
+      return InvalidArgument("cluster.lease_ttl must be in [1s, 10m]");
+    }
   }
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 #include "node_service.h"
 
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "grpc_status.h"
@@ -54,6 +55,34 @@ Result<Principal> AdminTarget(const Principal& caller, const std::string& reques
 }
 
 uint32_t TtlMs(Nanos ttl) { return static_cast<uint32_t>(ttl / kNanosPerMilli); }
+
+// The store's own lookup counters (cache_store.cc registers them; the same
+// name and labels return the same counter).
+uint64_t StoreCounter(CacheStore& store, const char* name) {
+  return store.metrics().GetCounter(name, "")->Value();
+}
+
+// What strata-admin's stats and nodes views need beyond the DRAM basics.
+void AddAdminStats(const NodeState& s, CacheStore& store, const StoreStats& st,
+                   v1::StatsResponse* resp) {
+  resp->set_match_requests(StoreCounter(store, "strata_match_requests_total"));
+  resp->set_match_tokens(StoreCounter(store, "strata_match_prompt_tokens_total"));
+  resp->set_hit_tokens(StoreCounter(store, "strata_hit_tokens_total"));
+  resp->set_hit_bytes(StoreCounter(store, "strata_hit_bytes_total"));
+  resp->set_checksum_failures(StoreCounter(store, "strata_checksum_failures_total"));
+  resp->set_ssd_enabled(st.ssd_enabled);
+  if (st.ssd_enabled) {
+    resp->set_ssd_capacity_bytes(st.ssd.capacity_bytes);
+    resp->set_ssd_used_bytes(st.ssd.used_bytes);
+    resp->set_ssd_entries(st.ssd.entries);
+    resp->set_ssd_checksum_failures(st.ssd.checksum_failures);
+    (*resp->mutable_ssd_evictions())["watermark"] = st.ssd.evictions;
+    (*resp->mutable_ssd_evictions())["ttl"] = st.ssd.ttl_expired;
+  }
+  resp->set_uptime_ms(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::steady_clock::now() - s.started)
+                                                .count()));
+}
 
 }  // namespace
 
@@ -118,6 +147,22 @@ void NodeState::CountRpc(const char* method, const Status& status, double second
 
 // ---- the store contract -------------------------------------------------------
 
+namespace {
+
+// Leases a client released (Store::Release), carried by a match or an
+// abort. Gone already, or never the caller's: nothing to report.
+Status EndReleasedLeases(const NodeState& s, const Principal& p,
+                         const google::protobuf::RepeatedField<uint64_t>& leases) {
+  if (leases.size() > static_cast<int>(kMaxReleasesPerMatch)) {
+    return InvalidArgument("more than " + std::to_string(kMaxReleasesPerMatch) +
+                           " released leases in one call");
+  }
+  for (const uint64_t lease : leases) (void)s.store->Abort(p, lease);
+  return Status::Ok();
+}
+
+}  // namespace
+
 grpc::Status CacheStoreService::Hello(grpc::ServerContext* ctx, const v1::HelloRequest*,
                                       v1::HelloResponse* resp) {
   return Serve(s_, "Hello", *ctx, [&](const Principal& p) -> Status {
@@ -143,8 +188,10 @@ grpc::Status CacheStoreService::Match(grpc::ServerContext* ctx, const v1::MatchR
                                       v1::MatchResponse* resp) {
   return Serve(s_, "Match", *ctx, [&](const Principal& p) -> Status {
     STRATA_RETURN_IF_ERROR(DataCaller(p));
+    STRATA_RETURN_IF_ERROR(EndReleasedLeases(s_, p, req->release_leases()));
     wire::DecodedMatch decoded;
     STRATA_RETURN_IF_ERROR(wire::DecodeMatchRequest(*req, &decoded));
+    decoded.request.promote_ssd = true;  // remote clients read DRAM only
     Result<MatchResult> result = s_.store->MatchKeys(p, decoded.request);
     if (!result.ok()) return result.status();
     *resp = wire::EncodeMatchResult(*result);
@@ -173,7 +220,8 @@ grpc::Status CacheStoreService::Abort(grpc::ServerContext* ctx, const v1::AbortR
                                       v1::AbortResponse*) {
   return Serve(s_, "Abort", *ctx, [&](const Principal& p) -> Status {
     STRATA_RETURN_IF_ERROR(DataCaller(p));
-    return s_.store->Abort(p, req->lease_id());
+    STRATA_RETURN_IF_ERROR(EndReleasedLeases(s_, p, req->release_leases()));
+    return req->lease_id() == 0 ? Status::Ok() : s_.store->Abort(p, req->lease_id());
   });
 }
 
@@ -255,6 +303,7 @@ grpc::Status CacheStoreService::Stats(grpc::ServerContext* ctx, const v1::StatsR
     if (p.ns == kOperatorNamespace) {
       for (const std::string& ns : s_.store->Namespaces()) resp->add_namespaces(ns);
     }
+    AddAdminStats(s_, *s_.store, st, resp);
     return Status::Ok();
   });
 }
@@ -389,6 +438,46 @@ grpc::Status AdminService::Drain(grpc::ServerContext* ctx, const v1::DrainReques
     const StoreStats st = s_.store->Stats();
     resp->set_read_leases(st.read_leases);
     resp->set_write_leases(st.write_leases);
+    return Status::Ok();
+  });
+}
+
+grpc::Status AdminService::Prefix(grpc::ServerContext* ctx, const v1::PrefixRequest* req,
+                                  v1::PrefixResponse* resp) {
+  return Serve(s_, "Prefix", *ctx, [&](const Principal& caller) -> Status {
+    Result<Principal> p = AdminTarget(caller, req->namespace_());
+    if (!p.ok()) return p.status();
+    if (req->model_id().size() != 16) return InvalidArgument("model_id must be 16 bytes");
+    if (req->keys_size() > static_cast<int>(kMaxBlocksPerCall)) {
+      return InvalidArgument("prefix of more than " + std::to_string(kMaxBlocksPerCall) + " keys");
+    }
+    ModelId model;
+    std::memcpy(model.bytes.data(), req->model_id().data(), model.bytes.size());
+    resp->set_node_id(s_.node_id);
+    // Inspect reads the indexes only: unlike a match it takes no lease,
+    // counts no hit, promotes nothing and leaves the eviction order alone.
+    bool leading = true;
+    for (const std::string& raw : req->keys()) {
+      ChainKey key;
+      if (raw.size() != key.bytes.size()) return InvalidArgument("keys must be 16 bytes");
+      std::memcpy(key.bytes.data(), raw.data(), key.bytes.size());
+      v1::PrefixBlock* out = resp->add_blocks();
+      out->set_key(raw);
+      Result<EntryInfo> info = s_.store->Inspect(*p, key, StateKind::kGlobalKv);
+      if (!info.ok() && info.status().code() != StatusCode::kNotFound) return info.status();
+      const bool present = info.ok() && info->model_id == model;
+      if (present) {
+        const Nanos now = s_.store->clock().Now();
+        out->set_present(true);
+        out->set_tier(wire::EncodeEntryInfo(*info, now).tier());  // DRAM, or an SSD-only copy
+        out->set_payload_bytes(info->payload_bytes);
+        out->set_live_leases(info->live_leases);
+        out->set_pinned(info->pinned_until > now);
+        out->set_swa(s_.store->Inspect(*p, key, StateKind::kSwaState).ok());
+      }
+      leading = leading && present;
+      if (leading) resp->set_leading_hits(resp->leading_hits() + 1);
+    }
     return Status::Ok();
   });
 }

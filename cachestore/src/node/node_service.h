@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -53,6 +54,8 @@ struct NodeState {
   std::string data_plane_mode;
   std::vector<std::string> rdma_devices;
   MetricsRegistry* metrics = nullptr;
+  // For the uptime in Stats: the state is made when the node starts.
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   // Set once at start, cleared at the end; the data plane's thread reads
   // it through StoreRef() so a callback in flight keeps the store alive.
@@ -111,6 +114,8 @@ class AdminService final : public v1::Admin::Service {
                      v1::EvictResponse* resp) override;
   grpc::Status Drain(grpc::ServerContext* ctx, const v1::DrainRequest* req,
                      v1::DrainResponse* resp) override;
+  grpc::Status Prefix(grpc::ServerContext* ctx, const v1::PrefixRequest* req,
+                      v1::PrefixResponse* resp) override;
 
  private:
   NodeState& s_;

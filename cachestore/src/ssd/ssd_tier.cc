@@ -735,6 +735,20 @@ Status SsdTier::Erase(const SsdKey& key) {
   return Status::Ok();
 }
 
+std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) const {
+  std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
+  const Nanos now = impl_->clock->Now();
+  std::lock_guard lock(impl_->mu);
+  for (const auto& [k, record] : impl_->records) {
+    if (record->meta.expiry <= now) continue;
+    std::optional<SsdKey> key = DecodeSsdKey(k);
+    if (key.has_value() && key->ns == ns) out.emplace_back(std::move(*key), record->meta);
+  }
+  return out;
+}
+
+Nanos SsdTier::Now() const { return impl_->clock->Now(); }
+
 uint64_t SsdTier::RunMaintenance() { return impl_->MakeRoom(0, /*ttl=*/true); }
 
 SsdTierStats SsdTier::Stats() const {

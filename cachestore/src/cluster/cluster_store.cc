@@ -1,0 +1,1052 @@
+// The cluster client. Chain keys are derived once, here; every per-node
+// call is an ordinary node call through a NodeClient (remote_store.h), so
+// deadlines, retries, restart detection and verified fetches are the node
+// client's. What this file adds is placement, fan-out and combination:
+//
+//  - match: every node that may hold one of the prompt's blocks is asked,
+//    in parallel, for exactly those keys, each key on its own (a node holds
+//    only some of a prompt's blocks). The usable prefix is the leading run
+//    of blocks that at least one replica reported. The cluster lease maps to
+//    the nodes' leases and remembers which nodes hold which block.
+//  - fetch: each block from the first replica that reported it; blocks
+//    that fail move to the next replica in a second round, within the
+//    deadline; what no replica delivers cuts the prefix.
+//  - commit: each block to its R write replicas, in parallel; a block is
+//    OK when at least one replica holds it.
+#include "cluster/cluster_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "client/remote_store.h"
+#include "cluster/placement.h"
+#include "cluster/task_pool.h"
+
+namespace strata {
+namespace {
+
+constexpr Nanos kReconnectBackoff = Seconds(1);
+constexpr size_t kMaxTrackedLeases = 4096;
+
+// One node and our connection to it. The client is created on first use
+// and kept while the node stays in the membership.
+struct NodeConn {
+  explicit NodeConn(NodeInfo n) : info(std::move(n)) {}
+  const NodeInfo info;
+  std::mutex mu;
+  std::shared_ptr<NodeClient> client;
+  Nanos retry_after = 0;
+  Status last_error;
+};
+
+// The membership as of one change: placement and connections, by index.
+struct View {
+  explicit View(std::vector<NodeInfo> nodes) : placement(std::move(nodes)) {}
+  Placement placement;
+  std::vector<std::shared_ptr<NodeConn>> conns;
+};
+
+// A replica that reported a block, under its node's read lease.
+struct Holder {
+  std::shared_ptr<NodeConn> node;
+  LeaseId lease = 0;
+  BlockMatch block;
+  size_t rank = 0;  // the node's place in the block's placement order
+};
+
+struct ReadLease {
+  std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> parts;
+  std::vector<std::vector<Holder>> holders;  // per block of the prefix, best first
+  std::vector<Holder> swa;                   // replicas of the SWA entry, best first
+  Nanos expiry = 0;
+};
+
+struct WritePart {
+  std::shared_ptr<NodeConn> node;
+  std::vector<size_t> positions;  // block of the cluster reservation, per node block
+  Reservation reservation;
+};
+
+struct WriteLease {
+  std::vector<WritePart> parts;
+  std::vector<std::vector<std::byte>> staging;  // per block; what the caller writes
+  std::vector<uint32_t> present;                // per block: replicas that had it already
+  std::vector<Status> failed;                   // per block: why no replica took it
+  Nanos expiry = 0;
+};
+
+// Block-wise outcome of a fan-out write, combined over replicas.
+struct WriteTally {
+  explicit WriteTally(size_t n) : replicas(n, 0), first_error(n) {}
+  std::vector<uint32_t> replicas;
+  std::vector<Status> first_error;
+
+  void Ok(size_t b) { ++replicas[b]; }
+  void Fail(size_t b, const Status& st) {
+    if (first_error[b].ok()) first_error[b] = st;
+  }
+  PublishResult Result() const {
+    PublishResult out;
+    out.replicas = replicas;
+    for (size_t b = 0; b < replicas.size(); ++b) {
+      if (replicas[b] > 0) {
+        out.blocks.push_back(Status::Ok());
+        ++out.published;
+      } else {
+        out.blocks.push_back(first_error[b].ok() ? Unavailable("no replica took the block")
+                                                 : first_error[b]);
+      }
+    }
+    return out;
+  }
+};
+
+// Forwards a multi-node fetch's events to the caller with prompt-wide block
+// numbers, one at a time, and announces a layer group done once every block
+// of the prefix has it.
+class FetchEvents {
+ public:
+  FetchEvents(const std::function<void(const FetchEvent&)>& sink, size_t blocks)
+      : sink_(sink), groups_(blocks) {}
+
+  void Group(size_t block, uint32_t group) {
+    if (!sink_) return;
+    std::lock_guard lock(mu_);
+    std::vector<bool>& g = groups_[block];
+    if (g.size() <= group) g.resize(group + 1, false);
+    if (g[group]) return;
+    g[group] = true;
+    sink_({FetchEvent::Type::kGroupReady, static_cast<uint32_t>(block), group});
+    AnnounceLocked(groups_.size());
+  }
+
+  void Block(size_t block) {
+    if (!sink_) return;
+    std::lock_guard lock(mu_);
+    sink_({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(block), 0});
+  }
+
+  void Finish(size_t usable, bool swa_ready) {
+    if (!sink_) return;
+    std::lock_guard lock(mu_);
+    AnnounceLocked(usable);
+    if (swa_ready) sink_({FetchEvent::Type::kSwaReady, 0, 0});
+  }
+
+ private:
+  void AnnounceLocked(size_t prefix) {
+    while (prefix > 0) {
+      for (size_t b = 0; b < prefix; ++b) {
+        if (announced_ >= groups_[b].size() || !groups_[b][announced_]) return;
+      }
+      sink_({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(prefix), announced_});
+      ++announced_;
+    }
+  }
+
+  const std::function<void(const FetchEvent&)>& sink_;
+  std::mutex mu_;
+  std::vector<std::vector<bool>> groups_;
+  uint32_t announced_ = 0;
+};
+
+class ClusterStore final : public Store {
+ public:
+  ClusterStore(std::shared_ptr<Membership> membership, ClientOptions options,
+               uint32_t replication_factor, Nanos call_timeout)
+      : membership_(std::move(membership)),
+        node_options_(std::move(options)),
+        replication_(replication_factor),
+        call_timeout_(call_timeout),
+        pool_(std::clamp<size_t>(4 * membership_->Nodes().size(), 8, 64)) {
+    SetNodes(membership_->Nodes());
+    subscription_ =
+        membership_->Subscribe([this](const std::vector<NodeInfo>& nodes) { SetNodes(nodes); });
+  }
+
+  ~ClusterStore() override {
+    membership_->Unsubscribe(subscription_);
+    std::vector<LeaseId> pending;
+    {
+      std::lock_guard lock(leases_mu_);
+      for (const auto& [id, w] : write_leases_) pending.push_back(id);
+    }
+    for (LeaseId id : pending) (void)Abort(id);
+  }
+
+  // Connects to every node; the namespace comes from the first that answers.
+  Status Connect() {
+    const std::shared_ptr<const View> view = Snapshot();
+    if (view->conns.empty()) return Unavailable("the cluster has no live nodes");
+    std::vector<Status> results(view->conns.size());
+    std::vector<std::function<void()>> tasks;
+    for (size_t i = 0; i < view->conns.size(); ++i) {
+      tasks.emplace_back([&, i] { results[i] = Client(*view->conns[i]).status(); });
+    }
+    pool_.RunAll(std::move(tasks));
+    for (const Status& st : results) {
+      if (st.ok()) return Status::Ok();
+    }
+    return Unavailable("no node of the cluster answers: " + results.front().message());
+  }
+
+  Result<MatchResult> Match(const MatchRequest& req) override {
+    if (req.tokens.size() > kMaxPromptTokens) {
+      return InvalidArgument("prompt of " + std::to_string(req.tokens.size()) +
+                             " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
+    }
+    if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
+      return InvalidArgument("block_tokens must be in 1..65536");
+    }
+    Result<std::string> ns = Namespace();
+    if (!ns.ok()) return ns.status();
+    const ChainRoot root{*ns, req.model_id, req.extra};
+    STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
+    Result<std::vector<ChainKey>> keys =
+        ChainKeys::ForPrompt(root, req.tokens, req.block_tokens, req.mm);
+    if (!keys.ok()) return keys.status();
+    MatchKeysRequest by_keys;
+    by_keys.model_id = req.model_id;
+    by_keys.root = ChainKeys::Root(root);
+    by_keys.keys = *keys;
+    by_keys.block_tokens = req.block_tokens;
+    by_keys.want_swa = req.want_swa;
+    by_keys.take_lease = req.take_lease;
+    by_keys.lease_ttl = req.lease_ttl;
+    return MatchKeys(by_keys);
+  }
+
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& req) override {
+    if (req.keys.size() > kMaxBlocksPerCall) {
+      return InvalidArgument("match of " + std::to_string(req.keys.size()) + " keys exceeds " +
+                             std::to_string(kMaxBlocksPerCall));
+    }
+    if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
+      return InvalidArgument("block_tokens must be in 1..65536");
+    }
+    if (req.lease_ttl < 0 || req.lease_ttl > kMaxLeaseTtl) {
+      return InvalidArgument("lease ttl must be in [0, 10m]");
+    }
+    const std::shared_ptr<const View> view = Snapshot();
+    const size_t n = req.keys.size();
+    MatchResult out;
+    out.model_id = req.model_id;
+    out.block_tokens = req.block_tokens;
+    out.prompt_blocks = static_cast<uint32_t>(n);
+    out.prefix_key = req.root;
+    if (n == 0) return out;
+    if (view->conns.empty()) return Unavailable("the cluster has no live nodes");
+
+    // The keys each node may hold, in prompt order.
+    std::vector<std::vector<size_t>> asked(view->conns.size());
+    std::vector<std::vector<size_t>> ranked(n);  // per block: replicas, best first
+    for (size_t b = 0; b < n; ++b) {
+      ranked[b] = view->placement.ReadReplicas(req.keys[b], replication_);
+      for (size_t node : ranked[b]) asked[node].push_back(b);
+    }
+    struct NodeAnswer {
+      std::vector<ChainKey> keys;
+      Result<MatchResult> result = Unavailable("not asked");
+    };
+    std::vector<NodeAnswer> answers(view->conns.size());
+    std::vector<std::function<void()>> tasks;
+    for (size_t i = 0; i < view->conns.size(); ++i) {
+      if (asked[i].empty()) continue;
+      tasks.emplace_back([&, i] {
+        NodeAnswer& a = answers[i];
+        for (size_t b : asked[i]) a.keys.push_back(req.keys[b]);
+        Result<std::shared_ptr<NodeClient>> client = Client(*view->conns[i]);
+        if (!client.ok()) {
+          a.result = client.status();
+          return;
+        }
+        MatchKeysRequest sub = req;
+        sub.keys = a.keys;
+        sub.independent_keys = true;
+        a.result = (*client)->MatchKeys(sub);
+      });
+    }
+    pool_.RunAll(std::move(tasks));
+
+    // Who holds what; a node that failed holds nothing.
+    auto lease = std::make_shared<ReadLease>();
+    lease->expiry = std::numeric_limits<Nanos>::max();
+    std::vector<std::vector<Holder>> holders(n);
+    std::vector<std::pair<size_t, Holder>> swa_seen;  // (boundary, holder), per node
+    Status first_error;
+    size_t answered = 0;
+    for (size_t i = 0; i < view->conns.size(); ++i) {
+      if (asked[i].empty()) continue;
+      Result<MatchResult>& r = answers[i].result;
+      if (!r.ok()) {
+        if (first_error.ok()) first_error = r.status();
+        continue;
+      }
+      ++answered;
+      const std::shared_ptr<NodeConn>& node = view->conns[i];
+      if (r->lease != 0) {
+        lease->parts.emplace_back(node, r->lease);
+        lease->expiry = std::min(lease->expiry, r->lease_expiry);
+      }
+      // Hits come back in request order: walk the asked positions along.
+      std::unordered_map<ChainKey, size_t> position;
+      size_t at = 0;
+      for (const BlockMatch& bm : r->blocks) {
+        while (at < asked[i].size() && req.keys[asked[i][at]] != bm.key) ++at;
+        if (at == asked[i].size()) break;  // not a key we asked for: ignore the rest
+        const size_t b = asked[i][at];
+        const size_t rank = static_cast<size_t>(std::find(ranked[b].begin(), ranked[b].end(), i) -
+                                                ranked[b].begin());
+        holders[b].push_back({node, r->lease, bm, rank});
+        position[bm.key] = asked[i][at];
+        ++at;
+      }
+      if (r->swa.has_value()) {
+        auto it = position.find(r->swa->entry.key);
+        if (it != position.end()) {
+          const size_t boundary = it->second + 1;
+          const std::vector<size_t>& order = ranked[boundary - 1];
+          const auto rank =
+              static_cast<size_t>(std::find(order.begin(), order.end(), i) - order.begin());
+          swa_seen.emplace_back(boundary, Holder{node, r->lease, r->swa->entry, rank});
+        }
+      }
+    }
+    if (answered == 0) return first_error;
+
+    size_t usable = 0;
+    while (usable < n && !holders[usable].empty()) ++usable;
+    // Replicas in placement order (every client reads a block from the same
+    // node, so one copy stays hot), one in DRAM first.
+    for (size_t b = 0; b < usable; ++b) {
+      std::sort(holders[b].begin(), holders[b].end(),
+                [](const Holder& x, const Holder& y) { return x.rank < y.rank; });
+      std::stable_partition(holders[b].begin(), holders[b].end(),
+                            [](const Holder& h) { return h.block.tier == Tier::kDram; });
+      out.blocks.push_back(holders[b].front().block);
+    }
+    if (usable > 0) out.prefix_key = req.keys[usable - 1];
+    // The deepest SWA state a node saw within the prefix (a node that saw a
+    // deeper one, beyond the prefix, is not asked again), and its replicas.
+    size_t swa_boundary = 0;
+    for (const auto& [boundary, holder] : swa_seen) {
+      if (boundary <= usable) swa_boundary = std::max(swa_boundary, boundary);
+    }
+    if (req.want_swa && swa_boundary > 0) {
+      for (const auto& [boundary, holder] : swa_seen) {
+        if (boundary == swa_boundary) lease->swa.push_back(holder);
+      }
+      std::sort(lease->swa.begin(), lease->swa.end(),
+                [](const Holder& x, const Holder& y) { return x.rank < y.rank; });
+      out.swa = SwaMatch{static_cast<uint32_t>(swa_boundary), lease->swa.front().block};
+    }
+    holders.resize(usable);
+    lease->holders = std::move(holders);
+    if (!lease->parts.empty()) {
+      out.lease = next_lease_.fetch_add(1);
+      out.lease_expiry = lease->expiry;
+      std::lock_guard lock(leases_mu_);
+      if (read_leases_.size() >= kMaxTrackedLeases) {
+        // Never released: the nodes end them by themselves.
+        const Nanos now = SteadyClock().Now();
+        std::erase_if(read_leases_, [&](const auto& kv) { return kv.second->expiry <= now; });
+      }
+      read_leases_.emplace(out.lease, std::move(lease));
+    }
+    return out;
+  }
+
+  FetchFuture Fetch(const FetchRequest& req) override { return FetchFuture::Ready(FetchNow(req)); }
+
+  Result<Reservation> Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
+                              Nanos write_lease_ttl) override {
+    if (blocks.empty() || blocks.size() > kMaxBlocksPerCall) {
+      return InvalidArgument("reserve needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
+    }
+    const std::shared_ptr<const View> view = Snapshot();
+    std::vector<WritePart> parts;
+    std::vector<std::vector<CommitBlock>> node_blocks;
+    std::vector<Status> no_replica(blocks.size());
+    PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica);
+
+    std::vector<Result<Reservation>> results(parts.size(), Unavailable("not asked"));
+    std::vector<std::function<void()>> tasks;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      tasks.emplace_back([&, p] {
+        Result<std::shared_ptr<NodeClient>> client = Client(*parts[p].node);
+        results[p] = client.ok() ? (*client)->Reserve(model, node_blocks[p], write_lease_ttl)
+                                 : Result<Reservation>(client.status());
+      });
+    }
+    pool_.RunAll(std::move(tasks));
+
+    auto lease = std::make_shared<WriteLease>();
+    lease->present.assign(blocks.size(), 0);
+    lease->failed = no_replica;
+    lease->expiry = std::numeric_limits<Nanos>::max();
+    std::vector<bool> reserved(blocks.size(), false), in_flight(blocks.size(), false);
+    Status first_error;
+    bool any_answer = false;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (!results[p].ok()) {
+        if (first_error.ok()) first_error = results[p].status();
+        for (size_t b : parts[p].positions) {
+          if (lease->failed[b].ok()) lease->failed[b] = results[p].status();
+        }
+        continue;
+      }
+      any_answer = true;
+      parts[p].reservation = std::move(results[p]).value();
+      const Reservation& r = parts[p].reservation;
+      if (r.write_lease != 0) lease->expiry = std::min(lease->expiry, r.expiry);
+      for (size_t j = 0; j < r.blocks.size() && j < parts[p].positions.size(); ++j) {
+        const size_t b = parts[p].positions[j];
+        switch (r.blocks[j].state) {
+          case ReserveState::kReserved:
+            reserved[b] = true;
+            break;
+          case ReserveState::kAlreadyPresent:
+            ++lease->present[b];
+            break;
+          case ReserveState::kInFlight:
+            in_flight[b] = true;
+            break;
+        }
+      }
+    }
+    if (!any_answer) return first_error.ok() ? Unavailable("no writable node") : first_error;
+
+    Reservation out;
+    out.blocks.resize(blocks.size());
+    bool needs_bytes = false;
+    lease->staging.resize(blocks.size());
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      ReservedBlock& rb = out.blocks[b];
+      // A block no replica took is still written by the caller, so that
+      // Publish can report why it failed, block by block.
+      const bool all_failed =
+          !reserved[b] && lease->present[b] == 0 && !in_flight[b] && !lease->failed[b].ok();
+      if (reserved[b] || all_failed) {
+        lease->staging[b].resize(blocks[b].payload_bytes);
+        rb.buffer = std::span<std::byte>(lease->staging[b]);
+        needs_bytes = true;
+      } else {
+        rb.state = lease->present[b] > 0 ? ReserveState::kAlreadyPresent : ReserveState::kInFlight;
+      }
+    }
+    lease->parts = std::move(parts);
+    if (needs_bytes) {
+      out.write_lease = next_lease_.fetch_add(1);
+      out.expiry = lease->expiry == std::numeric_limits<Nanos>::max()
+                       ? SteadyClock().Now() + call_timeout_
+                       : lease->expiry;
+      std::lock_guard lock(leases_mu_);
+      write_leases_.emplace(out.write_lease, std::move(lease));
+    }
+    return out;
+  }
+
+  Result<PublishResult> Publish(LeaseId write_lease, std::span<const uint64_t> checksums) override {
+    std::shared_ptr<WriteLease> lease;
+    {
+      std::lock_guard lock(leases_mu_);
+      auto it = write_leases_.find(write_lease);
+      if (it != write_leases_.end()) {
+        lease = std::move(it->second);
+        write_leases_.erase(it);
+      }
+    }
+    if (lease == nullptr) return NotFound("no reservation " + std::to_string(write_lease));
+    const size_t n = lease->staging.size();
+    if (checksums.size() != n) {
+      AbortParts(*lease);
+      return InvalidArgument("publish needs one checksum per reserved block: got " +
+                             std::to_string(checksums.size()) + ", reservation has " +
+                             std::to_string(n));
+    }
+    WriteTally tally(n);
+    for (size_t b = 0; b < n; ++b) {
+      for (uint32_t k = 0; k < lease->present[b]; ++k) tally.Ok(b);
+      if (!lease->failed[b].ok()) tally.Fail(b, lease->failed[b]);
+    }
+    std::vector<Result<PublishResult>> results(lease->parts.size(), Unavailable("not asked"));
+    std::vector<std::function<void()>> tasks;
+    for (size_t p = 0; p < lease->parts.size(); ++p) {
+      if (lease->parts[p].reservation.write_lease == 0) continue;  // nothing to write there
+      tasks.emplace_back([&, p] {
+        WritePart& part = lease->parts[p];
+        std::vector<uint64_t> node_checksums;
+        for (size_t j = 0; j < part.positions.size(); ++j) {
+          const size_t b = part.positions[j];
+          node_checksums.push_back(checksums[b]);
+          const ReservedBlock& rb = part.reservation.blocks[j];
+          if (rb.state == ReserveState::kReserved) {
+            std::copy_n(lease->staging[b].begin(),
+                        std::min(rb.buffer.size(), lease->staging[b].size()), rb.buffer.begin());
+          }
+        }
+        Result<std::shared_ptr<NodeClient>> client = Client(*part.node);
+        results[p] = client.ok() ? (*client)->Publish(part.reservation.write_lease, node_checksums)
+                                 : Result<PublishResult>(client.status());
+      });
+    }
+    pool_.RunAll(std::move(tasks));
+    for (size_t p = 0; p < lease->parts.size(); ++p) {
+      const WritePart& part = lease->parts[p];
+      if (part.reservation.write_lease == 0) continue;
+      Tally(part.positions, part.reservation, results[p], &tally);
+    }
+    return tally.Result();
+  }
+
+  Result<PublishResult> Commit(const ModelId& model,
+                               std::span<const CommitPayload> payloads) override {
+    if (payloads.empty() || payloads.size() > kMaxBlocksPerCall) {
+      return InvalidArgument("commit needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
+    }
+    std::vector<CommitBlock> blocks;
+    blocks.reserve(payloads.size());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
+        return InvalidArgument("block " + std::to_string(i) + ": carries " +
+                               std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
+                               std::to_string(payloads[i].block.payload_bytes));
+      }
+      blocks.push_back(payloads[i].block);
+    }
+    const std::shared_ptr<const View> view = Snapshot();
+    std::vector<WritePart> parts;
+    std::vector<std::vector<CommitBlock>> node_blocks;
+    std::vector<Status> no_replica(blocks.size());
+    PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica);
+
+    std::vector<Result<PublishResult>> results(parts.size(), Unavailable("not asked"));
+    std::vector<std::function<void()>> tasks;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      tasks.emplace_back([&, p] {
+        std::vector<CommitPayload> node_payloads;
+        for (size_t j = 0; j < parts[p].positions.size(); ++j) {
+          CommitPayload c = payloads[parts[p].positions[j]];
+          c.block = node_blocks[p][j];
+          node_payloads.push_back(c);
+        }
+        Result<std::shared_ptr<NodeClient>> client = Client(*parts[p].node);
+        results[p] = client.ok() ? (*client)->Commit(model, node_payloads)
+                                 : Result<PublishResult>(client.status());
+      });
+    }
+    pool_.RunAll(std::move(tasks));
+
+    WriteTally tally(blocks.size());
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (!no_replica[b].ok()) tally.Fail(b, no_replica[b]);
+    }
+    bool any_answer = false;
+    Status first_error;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (results[p].ok()) {
+        any_answer = true;
+      } else if (first_error.ok()) {
+        first_error = results[p].status();
+      }
+      Tally(parts[p].positions, std::nullopt, results[p], &tally);
+    }
+    if (!any_answer) return first_error.ok() ? Unavailable("no writable node") : first_error;
+    return tally.Result();
+  }
+
+  Status RenewLease(LeaseId lease_id, Nanos ttl) override {
+    if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl must be in [0, 10m]");
+    std::shared_ptr<ReadLease> read;
+    std::shared_ptr<WriteLease> write;
+    {
+      std::lock_guard lock(leases_mu_);
+      if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) read = it->second;
+      if (auto it = write_leases_.find(lease_id); it != write_leases_.end()) write = it->second;
+    }
+    std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> parts;
+    if (read != nullptr) parts = read->parts;
+    if (write != nullptr) {
+      for (const WritePart& p : write->parts) {
+        if (p.reservation.write_lease != 0) parts.emplace_back(p.node, p.reservation.write_lease);
+      }
+    }
+    if (parts.empty()) return LeaseExpired("lease " + std::to_string(lease_id) + " is not live");
+    const Nanos sent = SteadyClock().Now();
+    std::vector<Status> results(parts.size());
+    std::vector<std::function<void()>> tasks;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      tasks.emplace_back([&, i] {
+        Result<std::shared_ptr<NodeClient>> client = Client(*parts[i].first);
+        results[i] = client.ok() ? (*client)->RenewLease(parts[i].second, ttl) : client.status();
+      });
+    }
+    pool_.RunAll(std::move(tasks));
+    if (write != nullptr) {
+      // Every replica that reserved must still hold its space.
+      for (const Status& st : results) STRATA_RETURN_IF_ERROR(st);
+      return Status::Ok();
+    }
+    // A read lease survives while every block of the prefix keeps at least
+    // one replica whose lease renewed; fetches then skip the others.
+    std::vector<LeaseId> lost;
+    Status first_error;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!results[i].ok()) {
+        lost.push_back(parts[i].second);
+        if (first_error.ok()) first_error = results[i];
+      }
+    }
+    auto renewed = std::make_shared<ReadLease>(*read);
+    // Only prunes our table; the nodes keep their own clocks (0: their
+    // default of 10 s).
+    renewed->expiry = sent + (ttl > 0 ? ttl : Seconds(10));
+    auto gone = [&](const Holder& h) {
+      return std::find(lost.begin(), lost.end(), h.lease) != lost.end();
+    };
+    for (std::vector<Holder>& hs : renewed->holders) std::erase_if(hs, gone);
+    std::erase_if(renewed->swa, gone);
+    std::erase_if(renewed->parts, [&](const auto& part) {
+      return std::find(lost.begin(), lost.end(), part.second) != lost.end();
+    });
+    const bool whole = std::all_of(renewed->holders.begin(), renewed->holders.end(),
+                                   [](const std::vector<Holder>& hs) { return !hs.empty(); });
+    std::lock_guard lock(leases_mu_);
+    if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) it->second = renewed;
+    return whole ? Status::Ok() : first_error;
+  }
+
+  Status Abort(LeaseId lease_id) override {
+    std::shared_ptr<ReadLease> read;
+    std::shared_ptr<WriteLease> write;
+    {
+      std::lock_guard lock(leases_mu_);
+      if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) {
+        read = std::move(it->second);
+        read_leases_.erase(it);
+      }
+      if (auto it = write_leases_.find(lease_id); it != write_leases_.end()) {
+        write = std::move(it->second);
+        write_leases_.erase(it);
+      }
+    }
+    if (write != nullptr) AbortParts(*write);
+    if (read != nullptr) AbortParts(read->parts);
+    return Status::Ok();  // unknown or ended leases are fine: abort is idempotent
+  }
+
+ private:
+  std::shared_ptr<const View> Snapshot() const {
+    std::lock_guard lock(view_mu_);
+    return view_;
+  }
+
+  // A new node list: connections to nodes that stay are kept.
+  void SetNodes(const std::vector<NodeInfo>& nodes) {
+    auto view = std::make_shared<View>(nodes);
+    const std::shared_ptr<const View> old = Snapshot();
+    for (const NodeInfo& info : view->placement.nodes()) {
+      std::shared_ptr<NodeConn> conn;
+      if (old != nullptr) {
+        for (const std::shared_ptr<NodeConn>& c : old->conns) {
+          if (c->info.node_id == info.node_id && c->info.address == info.address) conn = c;
+        }
+      }
+      // A changed drain flag keeps the connection but needs the new info.
+      if (conn != nullptr && conn->info.draining != info.draining) {
+        auto updated = std::make_shared<NodeConn>(info);
+        std::lock_guard lock(conn->mu);
+        updated->client = conn->client;
+        conn = std::move(updated);
+      }
+      view->conns.push_back(conn != nullptr ? conn : std::make_shared<NodeConn>(info));
+    }
+    std::lock_guard lock(view_mu_);
+    view_ = std::move(view);
+  }
+
+  // The node's client, connecting on first use; a node that just failed to
+  // connect is not tried again for a second.
+  Result<std::shared_ptr<NodeClient>> Client(NodeConn& node) {
+    std::lock_guard lock(node.mu);
+    if (node.client != nullptr) return node.client;
+    const Nanos now = SteadyClock().Now();
+    if (now < node.retry_after) return node.last_error;
+    ClientOptions options = node_options_;
+    options.timeout = call_timeout_;
+    Result<std::unique_ptr<NodeClient>> client = ConnectNode(node.info.address, options);
+    if (!client.ok()) {
+      node.retry_after = now + kReconnectBackoff;
+      node.last_error =
+          Status(client.status().code(), "node " + node.info.node_id + " (" + node.info.address +
+                                             "): " + client.status().message());
+      return node.last_error;
+    }
+    node.client = std::move(client).value();
+    {
+      std::lock_guard ns_lock(ns_mu_);
+      if (ns_.empty()) ns_ = node.client->caller_namespace();
+      if (ns_ != node.client->caller_namespace()) {
+        node.client.reset();
+        node.retry_after = now + kReconnectBackoff;
+        node.last_error = Internal("node " + node.info.node_id +
+                                   " maps this token to another namespace than its peers");
+        return node.last_error;
+      }
+    }
+    return node.client;
+  }
+
+  Result<std::string> Namespace() {
+    {
+      std::lock_guard lock(ns_mu_);
+      if (!ns_.empty()) return ns_;
+    }
+    STRATA_RETURN_IF_ERROR(Connect());
+    std::lock_guard lock(ns_mu_);
+    return ns_;
+  }
+
+  // Splits a batch over the write replicas of its blocks. A block keeps its
+  // parent only where the parent goes in the same batch to the same node:
+  // elsewhere the node may never have seen the parent (it lives on other
+  // nodes), and the cluster's prefix is checked across nodes at match time.
+  void PlanWrites(const View& view, std::span<const CommitBlock> blocks,
+                  std::vector<WritePart>* parts, std::vector<std::vector<CommitBlock>>* node_blocks,
+                  std::vector<Status>* no_replica) const {
+    std::vector<int> part_of(view.conns.size(), -1);
+    // Per node, the keys placed there so far in this batch.
+    std::vector<std::vector<ChainKey>> placed(view.conns.size());
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const std::vector<size_t> replicas =
+          view.placement.WriteReplicas(blocks[b].key, replication_);
+      if (replicas.empty()) {
+        (*no_replica)[b] = Unavailable("no node takes writes (all draining or gone)");
+        continue;
+      }
+      for (size_t node : replicas) {
+        if (part_of[node] < 0) {
+          part_of[node] = static_cast<int>(parts->size());
+          parts->push_back(WritePart{view.conns[node], {}, {}});
+          node_blocks->emplace_back();
+        }
+        const auto p = static_cast<size_t>(part_of[node]);
+        CommitBlock cb = blocks[b];
+        if (cb.parent.has_value() &&
+            std::find(placed[node].begin(), placed[node].end(), *cb.parent) == placed[node].end()) {
+          cb.parent.reset();
+        }
+        if (cb.kind == StateKind::kGlobalKv) placed[node].push_back(cb.key);
+        (*parts)[p].positions.push_back(b);
+        (*node_blocks)[p].push_back(cb);
+      }
+    }
+  }
+
+  // Adds one node's per-block answer to the tally.
+  static void Tally(const std::vector<size_t>& positions, const std::optional<Reservation>& r,
+                    const Result<PublishResult>& result, WriteTally* tally) {
+    for (size_t j = 0; j < positions.size(); ++j) {
+      const size_t b = positions[j];
+      if (!result.ok()) {
+        tally->Fail(b, result.status());
+      } else if (j < result->blocks.size() && result->blocks[j].ok()) {
+        // Publish answers for every block of the reservation: OK for blocks
+        // it had already (counted at reserve time).
+        if (!r.has_value() || r->blocks[j].state == ReserveState::kReserved) tally->Ok(b);
+      } else if (j < result->blocks.size()) {
+        tally->Fail(b, result->blocks[j]);
+      } else if (!r.has_value()) {
+        tally->Ok(b);  // a commit with nothing to write answers with no blocks
+      }
+    }
+  }
+
+  void AbortParts(const WriteLease& lease) {
+    std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> parts;
+    for (const WritePart& p : lease.parts) {
+      if (p.reservation.write_lease != 0) parts.emplace_back(p.node, p.reservation.write_lease);
+    }
+    AbortParts(parts);
+  }
+
+  void AbortParts(const std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>>& parts) {
+    std::vector<std::function<void()>> tasks;
+    tasks.reserve(parts.size());
+    for (const auto& [node, lease] : parts) {
+      tasks.emplace_back([&node = node, lease = lease, this] {
+        Result<std::shared_ptr<NodeClient>> client = Client(*node);
+        if (client.ok()) (void)(*client)->Abort(lease);
+      });
+    }
+    pool_.RunAll(std::move(tasks));
+  }
+
+  FetchOutcome FetchNow(const FetchRequest& req) {
+    FetchOutcome out;
+    bool want_swa = false;
+    out.status = CheckFetchRequest(req, &want_swa);
+    if (!out.status.ok()) return out;
+    const MatchResult& match = *req.match;
+    const size_t n = req.block_buffers.size();
+    if (n == 0 && !want_swa) return out;
+    const Nanos deadline = SteadyClock().Now() + 3 * call_timeout_;
+
+    // Replicas are only good under their leases: take them if the match did not.
+    std::shared_ptr<const ReadLease> lease;
+    LeaseId own_lease = 0;
+    if (match.lease != 0) {
+      std::lock_guard lock(leases_mu_);
+      if (auto it = read_leases_.find(match.lease); it != read_leases_.end()) lease = it->second;
+    }
+    if (lease == nullptr) {
+      std::vector<ChainKey> keys;
+      for (size_t b = 0; b < n; ++b) keys.push_back(match.blocks[b].key);
+      MatchKeysRequest again;
+      again.model_id = match.model_id;
+      again.root = match.prefix_key;
+      again.keys = keys;
+      again.block_tokens = match.block_tokens == 0 ? 1 : match.block_tokens;
+      again.want_swa = want_swa;
+      again.take_lease = true;
+      Result<MatchResult> r = MatchKeys(again);
+      if (!r.ok()) {
+        out.status = r.status();
+        return out;
+      }
+      own_lease = r->lease;
+      std::lock_guard lock(leases_mu_);
+      if (auto it = read_leases_.find(own_lease); it != read_leases_.end()) lease = it->second;
+    }
+    if (lease == nullptr) {
+      out.status = NotFound("block 0 is no longer stored");
+      return out;
+    }
+    FetchFromReplicas(req, match, *lease, n, want_swa, deadline, out);
+    if (own_lease != 0) (void)Abort(own_lease);
+    return out;
+  }
+
+  // Reads block b from its replicas in turn, all blocks of a round in
+  // parallel (one node call per node), until every block arrived, a block
+  // ran out of replicas, or the deadline leaves no room for another round.
+  void FetchFromReplicas(const FetchRequest& req, const MatchResult& match, const ReadLease& lease,
+                         size_t n, bool want_swa, Nanos deadline, FetchOutcome& out) {
+    // A replica serves a block only if it reported the very block matched.
+    std::vector<std::vector<const Holder*>> candidates(n);
+    for (size_t b = 0; b < n && b < lease.holders.size(); ++b) {
+      for (const Holder& h : lease.holders[b]) {
+        if (h.block.key == match.blocks[b].key && h.block.checksum == match.blocks[b].checksum &&
+            h.block.payload_bytes == match.blocks[b].payload_bytes) {
+          candidates[b].push_back(&h);
+        }
+      }
+    }
+    std::vector<const Holder*> swa_candidates;
+    for (const Holder& h : lease.swa) {
+      if (want_swa && h.block.key == match.swa->entry.key &&
+          h.block.checksum == match.swa->entry.checksum) {
+        swa_candidates.push_back(&h);
+      }
+    }
+    size_t next_swa = 0;
+    std::vector<size_t> next(n, 0);  // next candidate to try, per block
+    std::vector<bool> done(n, false);
+    std::vector<Status> why(n);
+    bool swa_done = false;
+    Status swa_why = NotFound("SWA state is no longer stored");
+    FetchEvents events(req.on_event, n);
+
+    for (;;) {
+      // The prefix cannot reach past a block with no replica left.
+      size_t reachable = n;
+      for (size_t b = 0; b < n; ++b) {
+        if (!done[b] && next[b] >= candidates[b].size()) {
+          reachable = b;
+          break;
+        }
+      }
+      // One sub-fetch per node, of the blocks it serves this round.
+      struct SubFetch {
+        std::shared_ptr<NodeConn> node;
+        MatchResult match;
+        std::vector<size_t> positions;
+        std::vector<std::span<std::byte>> buffers;
+        bool swa = false;
+        FetchOutcome outcome;
+      };
+      std::vector<SubFetch> subs;
+      auto sub_for = [&](const Holder& h) -> SubFetch& {
+        for (SubFetch& s : subs) {
+          if (s.node == h.node && s.match.lease == h.lease) return s;
+        }
+        SubFetch& s = subs.emplace_back();
+        s.node = h.node;
+        s.match.model_id = match.model_id;
+        s.match.block_tokens = match.block_tokens;
+        s.match.lease = h.lease;
+        s.match.lease_expiry = lease.expiry;
+        return s;
+      };
+      for (size_t b = 0; b < reachable; ++b) {
+        if (done[b]) continue;
+        const Holder& h = *candidates[b][next[b]++];
+        SubFetch& s = sub_for(h);
+        s.match.blocks.push_back(h.block);
+        s.positions.push_back(b);
+        s.buffers.push_back(req.block_buffers[b]);
+      }
+      if (!swa_done && next_swa < swa_candidates.size()) {
+        const Holder& h = *swa_candidates[next_swa++];
+        SubFetch& s = sub_for(h);
+        // Boundary 0: the node fetches it whatever its share of the prefix;
+        // whether it belongs to the usable prefix is decided here.
+        s.match.swa = SwaMatch{0, h.block};
+        s.swa = true;
+      }
+      if (subs.empty()) break;
+      std::vector<std::function<void()>> tasks;
+      tasks.reserve(subs.size());
+      for (SubFetch& s : subs) {
+        tasks.emplace_back([&s, &req, &events, this] {
+          Result<std::shared_ptr<NodeClient>> client = Client(*s.node);
+          if (!client.ok()) {
+            s.outcome.status = client.status();
+            return;
+          }
+          FetchRequest sub;
+          sub.match = &s.match;
+          sub.block_buffers = s.buffers;
+          if (s.swa) sub.swa_buffer = req.swa_buffer;
+          sub.on_event = [&s, &events](const FetchEvent& e) {
+            if (e.block >= s.positions.size()) return;
+            if (e.type == FetchEvent::Type::kGroupReady)
+              events.Group(s.positions[e.block], e.group);
+            if (e.type == FetchEvent::Type::kBlockReady) events.Block(s.positions[e.block]);
+          };
+          s.outcome = (*client)->Fetch(sub).Wait();
+        });
+      }
+      pool_.RunAll(std::move(tasks));
+      for (const SubFetch& s : subs) {
+        for (size_t j = 0; j < s.positions.size(); ++j) {
+          const size_t b = s.positions[j];
+          if (j < s.outcome.blocks_ready) {
+            done[b] = true;
+          } else {
+            why[b] = s.outcome.status.ok() ? Internal("block did not complete") : s.outcome.status;
+          }
+        }
+        if (s.swa) {
+          swa_done = s.outcome.swa_ready;
+          if (!swa_done) {
+            swa_why =
+                s.outcome.status.ok() ? NotFound("SWA state did not arrive") : s.outcome.status;
+          }
+        }
+      }
+      size_t missing = n;
+      for (size_t b = 0; b < n; ++b) {
+        if (!done[b]) {
+          missing = b;
+          break;
+        }
+      }
+      const bool swa_left = !swa_done && next_swa < swa_candidates.size();
+      if (missing == n && !swa_left) break;
+      if (SteadyClock().Now() + call_timeout_ > deadline) {
+        if (missing < n) {
+          why[missing] = DeadlineExceeded("no time left to try another replica (" +
+                                          why[missing].message() + ")");
+        }
+        break;
+      }
+    }
+    size_t usable = 0;
+    while (usable < n && done[usable]) ++usable;
+    out.blocks_ready = static_cast<uint32_t>(usable);
+    for (size_t b = 0; b < usable; ++b) out.bytes += match.blocks[b].payload_bytes;
+    if (usable < n) {
+      const Status& st = why[usable];
+      out.status = Status(st.ok() ? StatusCode::kNotFound : st.code(),
+                          "block " + std::to_string(usable) + ": " +
+                              (st.ok() ? std::string("no replica holds it") : st.message()));
+    }
+    if (want_swa) {
+      out.swa_ready = swa_done && usable >= match.swa->boundary_blocks;
+      if (out.swa_ready) {
+        out.bytes += match.swa->entry.payload_bytes;
+      } else if (out.status.ok()) {
+        out.status = swa_done ? NotFound("SWA state lies beyond the fetched prefix")
+                              : Status(swa_why.code(), "SWA state: " + swa_why.message());
+      }
+    }
+    events.Finish(usable, out.swa_ready);
+  }
+
+  const std::shared_ptr<Membership> membership_;
+  const ClientOptions node_options_;
+  const uint32_t replication_;
+  const Nanos call_timeout_;  // of one node call: a third of the caller's timeout
+  TaskPool pool_;
+  uint64_t subscription_ = 0;
+
+  mutable std::mutex view_mu_;
+  std::shared_ptr<const View> view_;
+
+  std::mutex ns_mu_;
+  std::string ns_;  // the caller's namespace, as the nodes map the token
+
+  std::atomic<LeaseId> next_lease_{1};
+  std::mutex leases_mu_;
+  std::unordered_map<LeaseId, std::shared_ptr<ReadLease>> read_leases_;
+  std::unordered_map<LeaseId, std::shared_ptr<WriteLease>> write_leases_;
+};
+
+}  // namespace
+
+Result<std::vector<NodeInfo>> ParseNodeList(std::string_view list) {
+  std::vector<NodeInfo> nodes;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string address(list.substr(start, comma - start));
+    const size_t colon = address.rfind(':');
+    if (address.empty() || colon == std::string::npos || colon == 0 ||
+        colon + 1 == address.size() || address.find('/') != std::string::npos ||
+        address.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+      return InvalidArgument("expected host:port in node list '" + std::string(list) + "', got '" +
+                             address + "'");
+    }
+    for (const NodeInfo& n : nodes) {
+      if (n.address == address) return InvalidArgument("node " + address + " is listed twice");
+    }
+    nodes.push_back({address, address, false});
+    start = comma + 1;
+  }
+  return nodes;
+}
+
+Result<std::unique_ptr<Store>> OpenClusterStore(std::shared_ptr<Membership> membership,
+                                                const ClientOptions& options) {
+  if (membership == nullptr) return InvalidArgument("no membership");
+  if (options.timeout <= 0) return InvalidArgument("timeout must be positive");
+  uint32_t replicas = options.replication_factor;
+  if (replicas == 0) replicas = membership->Settings().replication_factor;
+  if (replicas == 0) replicas = 1;
+  if (replicas > 16) return InvalidArgument("replication factor above 16");
+  auto store = std::make_unique<ClusterStore>(std::move(membership), options, replicas,
+                                              std::max<Nanos>(options.timeout / 3, 1));
+  STRATA_RETURN_IF_ERROR(store->Connect());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace strata

@@ -1,0 +1,198 @@
+#include "cluster/node_registration.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace strata::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How often the draining flag is looked at, and how soon a failed
+// registration is tried again.
+constexpr milliseconds kPollInterval{100};
+constexpr milliseconds kRetryInterval{500};
+
+}  // namespace
+
+NodeRegistration::NodeRegistration(NodeRegistrationOptions options,
+                                   std::unique_ptr<EtcdClient> client)
+    : options_(std::move(options)),
+      key_(NodeKey(options_.cluster, options_.record.info.node_id)),
+      client_(std::move(client)) {}
+
+Result<std::unique_ptr<NodeRegistration>> NodeRegistration::Start(NodeRegistrationOptions options) {
+  STRATA_RETURN_IF_ERROR(ValidateKeySegment("cluster name", options.cluster));
+  STRATA_RETURN_IF_ERROR(ValidateKeySegment("node id", options.record.info.node_id));
+  if (options.record.info.address.empty()) {
+    return InvalidArgument("node registration needs the node's advertised address");
+  }
+  if (options.lease_ttl < std::chrono::seconds(1)) {
+    return InvalidArgument("etcd lease TTL must be at least 1 s");
+  }
+  EtcdClientOptions client_options;
+  client_options.endpoints = options.etcd_endpoints;
+  client_options.call_timeout = options.call_timeout;
+  Result<std::unique_ptr<EtcdClient>> client = EtcdClient::Open(client_options);
+  if (!client.ok()) return client.status();
+  // Logging here, before the thread exists, also builds spdlog's registry on
+  // this thread (its lazy init in the prebuilt library is invisible to TSan).
+  spdlog::debug("event=etcd_registration_starting node_id={} cluster={}",
+                options.record.info.node_id, options.cluster);
+  std::unique_ptr<NodeRegistration> r(
+      new NodeRegistration(std::move(options), std::move(client).value()));
+  r->thread_ = std::thread([p = r.get()] { p->Run(); });
+  return r;
+}
+
+NodeRegistration::~NodeRegistration() {
+  Status st = Deregister();
+  if (!st.ok()) {
+    spdlog::warn("event=etcd_deregister_failed key={} error=\"{}\"", key_, st.ToString());
+  }
+}
+
+bool NodeRegistration::Stopping() {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+bool NodeRegistration::registered() const {
+  std::lock_guard lock(mu_);
+  return lease_ != 0;
+}
+
+uint64_t NodeRegistration::registrations() const {
+  std::lock_guard lock(mu_);
+  return registrations_;
+}
+
+int64_t NodeRegistration::lease_id() const {
+  std::lock_guard lock(mu_);
+  return lease_;
+}
+
+Status NodeRegistration::Register() {
+  const bool draining = options_.draining && options_.draining();
+  Result<EtcdLease> lease = client_->LeaseGrant(options_.lease_ttl.count());
+  if (!lease.ok()) return lease.status();
+  NodeRecord record = options_.record;
+  record.info.draining = draining;
+  if (Status st = client_->Put(key_, EncodeNodeRecord(record), lease->id); !st.ok()) {
+    // The lease would only time out; give it back now.
+    (void)client_->LeaseRevoke(lease->id);
+    return st;
+  }
+  uint64_t n = 0;
+  {
+    std::lock_guard lock(mu_);
+    lease_ = lease->id;
+    written_draining_ = draining;
+    n = ++registrations_;
+  }
+  spdlog::info("event=etcd_registered key={} lease={} ttl_s={} draining={} registrations={}", key_,
+               lease->id, lease->ttl_seconds, draining, n);
+  return Status::Ok();
+}
+
+void NodeRegistration::Run() {
+  const milliseconds ttl = options_.lease_ttl;
+  const milliseconds keepalive_every = std::max(ttl / 3, kPollInterval);
+  Clock::time_point last_renewed = Clock::now();
+  Clock::time_point next_keepalive = Clock::now();
+  bool outage_logged = false;
+  while (!Stopping()) {
+    int64_t lease = 0;
+    bool written_draining = false;
+    {
+      std::lock_guard lock(mu_);
+      lease = lease_;
+      written_draining = written_draining_;
+    }
+    milliseconds pause = kPollInterval;
+    if (lease == 0) {
+      if (Status st = Register(); st.ok()) {
+        outage_logged = false;
+        last_renewed = Clock::now();
+        next_keepalive = last_renewed + keepalive_every;
+      } else {
+        if (!outage_logged) {
+          spdlog::warn("event=etcd_register_failed key={} error=\"{}\" retry_ms={}", key_,
+                       st.ToString(), kRetryInterval.count());
+          outage_logged = true;
+        }
+        pause = kRetryInterval;
+      }
+    } else {
+      Status st = Status::Ok();
+      const bool draining = options_.draining && options_.draining();
+      if (draining != written_draining) {
+        NodeRecord record = options_.record;
+        record.info.draining = draining;
+        st = client_->Put(key_, EncodeNodeRecord(record), lease);
+        if (st.ok()) {
+          std::lock_guard lock(mu_);
+          written_draining_ = draining;
+          spdlog::info("event=etcd_record_updated key={} draining={}", key_, draining);
+        }
+      }
+      if (st.ok() && Clock::now() >= next_keepalive) {
+        Result<int64_t> renewed = client_->LeaseKeepAlive(lease);
+        st = renewed.status();
+        if (st.ok()) {
+          last_renewed = Clock::now();
+          next_keepalive = last_renewed + keepalive_every;
+          outage_logged = false;
+        } else {
+          next_keepalive = Clock::now() + kRetryInterval;
+        }
+      }
+      // A lease etcd no longer knows, or one not renewed for a whole TTL
+      // (it may have expired while etcd was away): register afresh. A new
+      // lease takes the key over, so the old one expires without it.
+      const bool lost =
+          st.code() == StatusCode::kLeaseExpired || (!st.ok() && Clock::now() - last_renewed > ttl);
+      if (!st.ok() && !outage_logged) {
+        spdlog::warn("event=etcd_keepalive_failed key={} lease={} error=\"{}\"", key_, lease,
+                     st.ToString());
+        outage_logged = true;
+      }
+      if (lost) {
+        spdlog::warn("event=etcd_lease_lost key={} lease={}", key_, lease);
+        std::lock_guard lock(mu_);
+        lease_ = 0;
+        continue;
+      }
+      pause = std::clamp(std::chrono::duration_cast<milliseconds>(next_keepalive - Clock::now()),
+                         milliseconds(1), kPollInterval);
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, pause, [&] { return stopping_; });
+  }
+}
+
+Status NodeRegistration::Deregister() {
+  {
+    std::lock_guard lock(mu_);
+    if (deregistered_) return Status::Ok();
+    deregistered_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  int64_t lease = 0;
+  {
+    std::lock_guard lock(mu_);
+    lease = lease_;
+    lease_ = 0;
+  }
+  if (lease == 0) return Status::Ok();
+  Status st = client_->LeaseRevoke(lease);
+  if (st.code() == StatusCode::kLeaseExpired) return Status::Ok();  // gone already
+  if (st.ok()) spdlog::info("event=etcd_deregistered key={} lease={}", key_, lease);
+  return st;
+}
+
+}  // namespace strata::cluster

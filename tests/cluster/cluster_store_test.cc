@@ -1,0 +1,480 @@
+// The cluster client against three real strata-node processes on loopback:
+// round trip, placement across real nodes, replication surviving kill -9,
+// fetch failover within the deadline, drain, join, and a node that is down.
+#include "cluster/cluster_store.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "cluster/placement.h"
+#include "node_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+// A membership the test changes by hand, calling listeners as etcd's watch
+// would.
+class ListMembership final : public Membership {
+ public:
+  explicit ListMembership(std::vector<NodeInfo> nodes) : nodes_(std::move(nodes)) {}
+  std::vector<NodeInfo> Nodes() const override {
+    std::lock_guard lock(mu_);
+    return nodes_;
+  }
+  ClusterSettings Settings() const override { return {}; }
+  uint64_t Subscribe(Listener listener) override {
+    std::lock_guard lock(mu_);
+    listeners_[++next_] = std::move(listener);
+    return next_;
+  }
+  void Unsubscribe(uint64_t id) override {
+    std::lock_guard lock(mu_);
+    listeners_.erase(id);
+  }
+  void Set(std::vector<NodeInfo> nodes) {
+    std::lock_guard lock(mu_);
+    nodes_ = std::move(nodes);
+    for (auto& [id, listener] : listeners_) listener(nodes_);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<NodeInfo> nodes_;
+  std::map<uint64_t, Listener> listeners_;
+  uint64_t next_ = 0;
+};
+
+// This process's UCX contexts use only these transports while it lives.
+// Over shared memory a killed node's arena stays mapped here (its bytes
+// still verify); over TCP its death is a failed transfer, which is what the
+// failover tests need.
+class ScopedUcxTransports {
+ public:
+  explicit ScopedUcxTransports(const char* tls) {
+    if (const char* old = std::getenv("UCX_TLS")) old_ = old;
+    setenv("UCX_TLS", tls, 1);
+  }
+  ~ScopedUcxTransports() {
+    if (old_.has_value()) {
+      setenv("UCX_TLS", old_->c_str(), 1);
+    } else {
+      unsetenv("UCX_TLS");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+NodeInfo Info(const NodeProcess& node, bool draining = false) {
+  return {node.target(), node.target(), draining};
+}
+
+class ClusterStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir("cluster");
+    for (int i = 0; i < 3; ++i) {
+      std::string error;
+      auto node = NodeProcess::Start(dir_, {}, &error);
+      ASSERT_NE(node, nullptr) << error;
+      nodes_.push_back(std::move(node));
+    }
+  }
+
+  std::vector<NodeInfo> Infos() const {
+    std::vector<NodeInfo> out;
+    for (const auto& n : nodes_) out.push_back(Info(*n));
+    return out;
+  }
+
+  std::unique_ptr<Store> OpenCluster(std::shared_ptr<Membership> membership, uint32_t replicas,
+                                     Nanos timeout = Seconds(10)) {
+    ClientOptions options;
+    options.token = kTokenA.token;
+    options.replication_factor = replicas;
+    options.timeout = timeout;
+    auto store = OpenClusterStore(std::move(membership), options);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  // Which of `keys` the node holds, asked of the node alone.
+  std::set<ChainKey> Held(const NodeProcess& node, std::span<const ChainKey> keys) {
+    std::unique_ptr<Store> direct = Open(node, kTokenA.token);
+    if (direct == nullptr) return {};
+    MatchKeysRequest req;
+    req.model_id = TestModel();
+    req.keys = keys;
+    req.want_swa = false;
+    req.independent_keys = true;
+    auto m = direct->MatchKeys(req);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    std::set<ChainKey> out;
+    if (m.ok()) {
+      for (const BlockMatch& b : m->blocks) out.insert(b.key);
+    }
+    return out;
+  }
+
+  // The node a key's first replica goes to.
+  size_t Owner(const ChainKey& key) const {
+    size_t best = 0;
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      if (PlacementScore(key, nodes_[i]->target()) > PlacementScore(key, nodes_[best]->target())) {
+        best = i;
+      }
+    }
+    return best;
+  }
+
+  static void ExpectSameBytes(const Prompt& p, const Fetched& f, size_t blocks) {
+    ASSERT_GE(f.blocks.size(), blocks);
+    for (size_t b = 0; b < blocks; ++b) {
+      ASSERT_EQ(f.blocks[b], p.blocks[b].bytes) << "block " << b;
+    }
+  }
+
+  std::string dir_;
+  std::vector<std::unique_ptr<NodeProcess>> nodes_;
+};
+
+TEST_F(ClusterStoreTest, RoundTripThroughTheClusterUri) {
+  ClientOptions options;
+  options.token = kTokenA.token;
+  const std::string uri =
+      "strata://" + nodes_[0]->target() + "," + nodes_[1]->target() + "," + nodes_[2]->target();
+  auto opened = OpenStore(uri, options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const Prompt p = MakePrompt(store, 24, 1);
+  auto payloads = Payloads(p, 0, 24, true);
+  auto committed = store.Commit(TestModel(), payloads);
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  ASSERT_EQ(committed->blocks.size(), 25u);
+  for (size_t b = 0; b < 25; ++b) {
+    EXPECT_TRUE(committed->blocks[b].ok()) << committed->blocks[b].ToString();
+    EXPECT_EQ(committed->replicas[b], 1u);
+  }
+
+  auto m = MatchPrompt(store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->blocks.size(), 24u);
+  ASSERT_TRUE(m->swa.has_value());
+  EXPECT_EQ(m->swa->boundary_blocks, 24u);
+  EXPECT_EQ(m->prefix_key, p.keys[24]);
+  EXPECT_NE(m->lease, 0u);
+  EXPECT_TRUE(store.RenewLease(m->lease, Seconds(20)).ok());
+  Fetched f = FetchAll(store, *m);
+  ASSERT_TRUE(f.outcome.status.ok()) << f.outcome.status.ToString();
+  EXPECT_EQ(f.outcome.blocks_ready, 24u);
+  EXPECT_TRUE(f.outcome.swa_ready);
+  ExpectSameBytes(p, f, 24);
+  EXPECT_EQ(f.swa, p.swa.bytes);
+  std::set<uint32_t> ready;
+  size_t groups_done = 0;
+  for (const FetchEvent& e : f.events) {
+    if (e.type == FetchEvent::Type::kBlockReady) ready.insert(e.block);
+    if (e.type == FetchEvent::Type::kLayerGroupDone) {
+      EXPECT_EQ(e.group, groups_done++);  // in order, once each
+      EXPECT_EQ(e.block, 24u);
+    }
+  }
+  EXPECT_EQ(ready.size(), 24u);
+  EXPECT_EQ(groups_done, GlobalKv().groups.size());
+  EXPECT_TRUE(store.Abort(m->lease).ok());
+  EXPECT_TRUE(store.Abort(m->lease).ok());  // twice is fine
+  EXPECT_EQ(store.RenewLease(m->lease, Seconds(1)).code(), StatusCode::kLeaseExpired);
+
+  // The blocks are spread over the nodes, each on exactly one (R = 1).
+  const std::span<const ChainKey> keys(p.keys.data() + 1, 24);
+  size_t total = 0;
+  for (const auto& node : nodes_) {
+    const size_t held = Held(*node, keys).size();
+    EXPECT_GT(held, 0u) << node->target();
+    total += held;
+  }
+  EXPECT_EQ(total, 24u);
+
+  // Committing again is an idempotent no-op; a prompt that shares only a
+  // prefix hits that prefix.
+  auto again = store.Commit(TestModel(), payloads);
+  ASSERT_TRUE(again.ok());
+  for (const Status& st : again->blocks) EXPECT_TRUE(st.ok()) << st.ToString();
+  Prompt q = p;
+  for (size_t t = 10 * 256; t < q.tokens.size(); ++t) q.tokens[t] ^= 1;
+  auto mq = MatchPrompt(store, q, false);
+  ASSERT_TRUE(mq.ok());
+  EXPECT_EQ(mq->blocks.size(), 10u);
+  EXPECT_FALSE(mq->swa.has_value());
+  EXPECT_EQ(mq->lease, 0u);
+  // A fetch without a lease takes (and drops) its own.
+  Fetched fq = FetchAll(store, *mq);
+  EXPECT_EQ(fq.outcome.blocks_ready, 10u) << fq.outcome.status.ToString();
+  ExpectSameBytes(p, fq, 10);
+}
+
+TEST_F(ClusterStoreTest, ReserveAndPublishWriteEveryReplica) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 2);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 12, 2);
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(p, 0, 12, false)) blocks.push_back(c.block);
+  auto r = store->Reserve(TestModel(), blocks, 0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NE(r->write_lease, 0u);
+  std::vector<uint64_t> sums;
+  for (size_t b = 0; b < 12; ++b) {
+    ASSERT_EQ(r->blocks[b].state, ReserveState::kReserved);
+    std::copy(p.blocks[b].bytes.begin(), p.blocks[b].bytes.end(), r->blocks[b].buffer.begin());
+    sums.push_back(p.blocks[b].checksum);
+  }
+  sums[11] ^= 1;  // block 11 is corrupt: refused on every replica
+  auto published = store->Publish(r->write_lease, sums);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  for (size_t b = 0; b < 11; ++b) {
+    EXPECT_TRUE(published->blocks[b].ok()) << published->blocks[b].ToString();
+    EXPECT_EQ(published->replicas[b], 2u);
+  }
+  EXPECT_EQ(published->blocks[11].code(), StatusCode::kChecksumMismatch);
+  EXPECT_EQ(published->replicas[11], 0u);
+  EXPECT_EQ(store->Publish(r->write_lease, sums).status().code(), StatusCode::kNotFound);
+
+  auto m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks.size(), 11u);
+  // Aborting a reservation releases every replica's space.
+  auto again = store->Reserve(TestModel(), std::span<const CommitBlock>(blocks).subspan(11), 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(store->Abort(again->write_lease).ok());
+  for (const auto& node : nodes_) EXPECT_EQ(NodeStats(*node).reserved_entries(), 0u);
+}
+
+TEST_F(ClusterStoreTest, BlocksSpreadEvenlyOverRealNodes) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1);
+  ASSERT_NE(store, nullptr);
+  std::vector<ChainKey> keys;
+  for (uint32_t prompt = 0; prompt < 9; ++prompt) {
+    const Prompt p = MakePrompt(*store, 100, 100 + prompt);
+    CommitAll(*store, p, false);
+    keys.insert(keys.end(), p.keys.begin() + 1, p.keys.end());
+  }
+  // 900 blocks of 227,840 B; placement_test checks 10,000 keys.
+  for (const auto& node : nodes_) {
+    size_t held = 0;
+    for (size_t at = 0; at < keys.size(); at += 300) {
+      held += Held(*node, std::span<const ChainKey>(keys).subspan(at, 300)).size();
+    }
+    EXPECT_GT(held, 300 * 0.85) << node->target();
+    EXPECT_LT(held, 300 * 1.15) << node->target();
+  }
+}
+
+TEST_F(ClusterStoreTest, KillNineWithTwoReplicasLosesNoHit) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 2, Seconds(4));
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 32, 3);
+  auto payloads = Payloads(p, 0, 32, true);
+  auto committed = store->Commit(TestModel(), payloads);
+  ASSERT_TRUE(committed.ok());
+  for (size_t b = 0; b < payloads.size(); ++b) EXPECT_EQ(committed->replicas[b], 2u);
+
+  nodes_[1]->Kill();
+  const auto start = std::chrono::steady_clock::now();
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->blocks.size(), 32u);
+  ASSERT_TRUE(m->swa.has_value());
+  Fetched f = FetchAll(*store, *m);
+  EXPECT_TRUE(f.outcome.status.ok()) << f.outcome.status.ToString();
+  EXPECT_EQ(f.outcome.blocks_ready, 32u);
+  EXPECT_TRUE(f.outcome.swa_ready);
+  ExpectSameBytes(p, f, 32);
+  EXPECT_EQ(f.swa, p.swa.bytes);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+
+  // New writes still reach R live replicas where they can, and say so.
+  const Prompt q = MakePrompt(*store, 16, 4);
+  auto more = Payloads(q, 0, 16, false);
+  auto partial = store->Commit(TestModel(), more);
+  ASSERT_TRUE(partial.ok()) << partial.status().ToString();
+  for (size_t b = 0; b < more.size(); ++b) {
+    EXPECT_TRUE(partial->blocks[b].ok());
+    EXPECT_GE(partial->replicas[b], 1u);  // the dead node's share is missing
+  }
+}
+
+TEST_F(ClusterStoreTest, InFlightFetchFailsOverToAnotherReplica) {
+  const ScopedUcxTransports tcp("tcp");
+  const Nanos timeout = Seconds(6);
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 2, timeout);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 32, 5);
+  CommitAll(*store, p);
+  auto m = MatchPrompt(*store, p);  // leases on every replica
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->blocks.size(), 32u);
+  // The node block 0 would be read from dies between match and fetch.
+  nodes_[Owner(p.keys[1])]->Kill();
+  const auto start = std::chrono::steady_clock::now();
+  Fetched f = FetchAll(*store, *m);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::nanoseconds(timeout));
+  EXPECT_TRUE(f.outcome.status.ok()) << f.outcome.status.ToString();
+  EXPECT_EQ(f.outcome.blocks_ready, 32u);
+  EXPECT_TRUE(f.outcome.swa_ready);
+  ExpectSameBytes(p, f, 32);
+  EXPECT_EQ(f.swa, p.swa.bytes);
+}
+
+TEST_F(ClusterStoreTest, InFlightFetchFromAnUnreplicatedDeadNodeCutsThePrefix) {
+  const ScopedUcxTransports tcp("tcp");
+  const Nanos timeout = Seconds(6);
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1, timeout);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 32, 6);
+  CommitAll(*store, p, false);
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->blocks.size(), 32u);
+  // Kill the owner of a block past the start, so a prefix survives.
+  const size_t victim = Owner(p.keys[1]) == 0 ? 1 : 0;
+  size_t first_lost = 0;
+  while (Owner(p.keys[first_lost + 1]) != victim) ++first_lost;
+  nodes_[victim]->Kill();
+  const auto start = std::chrono::steady_clock::now();
+  Fetched f = FetchAll(*store, *m);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::nanoseconds(timeout));
+  // No other replica: the prefix ends at the dead node's first block.
+  EXPECT_EQ(f.outcome.blocks_ready, first_lost);
+  EXPECT_FALSE(f.outcome.status.ok());
+  ExpectSameBytes(p, f, f.outcome.blocks_ready);
+
+  // A new match reports the dead node's blocks as misses, promptly.
+  auto again = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->blocks.size(), first_lost);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::nanoseconds(2 * timeout));
+}
+
+TEST_F(ClusterStoreTest, DrainedNodeTakesNoNewWritesAndKeepsServingReads) {
+  auto membership = std::make_shared<ListMembership>(Infos());
+  auto store = OpenCluster(membership, 1);
+  ASSERT_NE(store, nullptr);
+  const Prompt before = MakePrompt(*store, 24, 7);
+  CommitAll(*store, before);
+  const size_t drained = Owner(before.keys[1]);
+  const std::span<const ChainKey> before_keys(before.keys.data() + 1, 24);
+  const size_t held_before = Held(*nodes_[drained], before_keys).size();
+  ASSERT_GT(held_before, 0u);
+
+  v1::DrainResponse resp;
+  ASSERT_TRUE(RawCall(*nodes_[drained], kTokenOperator.token, [&](auto channel, auto* ctx) {
+                return v1::Admin::NewStub(channel)->Drain(ctx, v1::DrainRequest(), &resp);
+              }).ok());
+  std::vector<NodeInfo> infos = Infos();
+  infos[drained].draining = true;
+  membership->Set(infos);
+
+  const Prompt after = MakePrompt(*store, 24, 8);
+  auto committed = store->Commit(TestModel(), Payloads(after, 0, 24, true));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  for (const Status& st : committed->blocks) EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(Held(*nodes_[drained], std::span<const ChainKey>(after.keys.data() + 1, 24)).empty());
+
+  // Reads of what it held go on, until it leaves.
+  auto m = MatchPrompt(*store, before);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks.size(), 24u);
+  Fetched f = FetchAll(*store, *m);
+  EXPECT_EQ(f.outcome.blocks_ready, 24u) << f.outcome.status.ToString();
+  ExpectSameBytes(before, f, 24);
+  auto ma = MatchPrompt(*store, after, false);
+  ASSERT_TRUE(ma.ok());
+  EXPECT_EQ(ma->blocks.size(), 24u);
+  EXPECT_TRUE(ma->swa.has_value());
+
+  // Taken out: its blocks become misses, the rest still hit.
+  infos.erase(infos.begin() + static_cast<std::ptrdiff_t>(drained));
+  membership->Set(infos);
+  auto gone = MatchPrompt(*store, before, false);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->blocks.size(), 0u);  // block 0 lived there
+  auto still = MatchPrompt(*store, after, false);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->blocks.size(), 24u);
+}
+
+TEST_F(ClusterStoreTest, JoiningNodeTakesNewWritesAndOldEntriesStay) {
+  auto membership =
+      std::make_shared<ListMembership>(std::vector<NodeInfo>{Info(*nodes_[0]), Info(*nodes_[1])});
+  auto store = OpenCluster(membership, 1);
+  ASSERT_NE(store, nullptr);
+  const Prompt old_prompt = MakePrompt(*store, 30, 9);
+  CommitAll(*store, old_prompt, false);
+  const std::span<const ChainKey> old_keys(old_prompt.keys.data() + 1, 30);
+  const size_t on0 = Held(*nodes_[0], old_keys).size();
+  const size_t on1 = Held(*nodes_[1], old_keys).size();
+  EXPECT_EQ(on0 + on1, 30u);
+
+  membership->Set(Infos());
+  const Prompt fresh = MakePrompt(*store, 30, 10);
+  CommitAll(*store, fresh, false);
+  EXPECT_GT(Held(*nodes_[2], std::span<const ChainKey>(fresh.keys.data() + 1, 30)).size(), 0u);
+  // No migration: the old entries are where they were, none on the new node.
+  EXPECT_TRUE(Held(*nodes_[2], old_keys).empty());
+  EXPECT_EQ(Held(*nodes_[0], old_keys).size(), on0);
+  EXPECT_EQ(Held(*nodes_[1], old_keys).size(), on1);
+  auto m = MatchPrompt(*store, fresh, false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks.size(), 30u);
+}
+
+TEST_F(ClusterStoreTest, NodeDownAtOpenIsReportedPerBlockWithinTheDeadline) {
+  std::vector<NodeInfo> infos = Infos();
+  nodes_[2]->Kill();
+  auto store = OpenCluster(MakeStaticMembership(infos), 1, Seconds(4));
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 24, 11);
+  const auto start = std::chrono::steady_clock::now();
+  auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, false));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  size_t lost = 0;
+  for (size_t b = 0; b < 24; ++b) {
+    if (Owner(p.keys[b + 1]) == 2) {
+      ++lost;
+      EXPECT_EQ(committed->blocks[b].code(), StatusCode::kUnavailable);
+      EXPECT_EQ(committed->replicas[b], 0u);
+    } else {
+      EXPECT_TRUE(committed->blocks[b].ok()) << committed->blocks[b].ToString();
+    }
+  }
+  EXPECT_GT(lost, 0u);
+  auto m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  size_t first_lost = 0;
+  while (Owner(p.keys[first_lost + 1]) != 2) ++first_lost;
+  EXPECT_EQ(m->blocks.size(), first_lost);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST(ClusterUriTest, MalformedNodeListsAreRefused) {
+  ClientOptions options;
+  options.token = kTokenA.token;
+  for (const char* uri : {"strata://127.0.0.1:1,", "strata://127.0.0.1:1,,127.0.0.1:2",
+                          "strata://127.0.0.1:1,127.0.0.1", "strata://a:1,a:1",
+                          "strata://a:1,b:2/x", "strata://a:1,b:port"}) {
+    auto store = OpenStore(uri, options);
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << uri;
+  }
+  auto nodes = ParseNodeList("h1:1,h2:2");
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[1].node_id, "h2:2");
+}
+
+}  // namespace
+}  // namespace strata::testing
