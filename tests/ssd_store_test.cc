@@ -308,6 +308,24 @@ TEST_F(SsdStoreTest, AdminCallsReachSsdOnlyEntries) {
   EXPECT_EQ(info->model_id, TestModel());
   EXPECT_EQ(info->payload_bytes, TinyGlobalLayout().PayloadBytes());
 
+  // Listed, in pages, with the tier filter.
+  std::vector<EntryInfo> listed;
+  std::optional<EntryCursor> cursor;
+  do {
+    auto page = store_->ListEntries(who_, {}, cursor, 3);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    EXPECT_LE(page->entries.size(), 3u);
+    listed.insert(listed.end(), page->entries.begin(), page->entries.end());
+    cursor = page->next;
+  } while (cursor.has_value());
+  ASSERT_EQ(listed.size(), 7u);
+  for (const EntryInfo& e : listed) EXPECT_EQ(e.tier, Tier::kSsd);
+  EntryFilter dram_only;
+  dram_only.tier = Tier::kDram;
+  EXPECT_TRUE(store_->ListEntries(who_, dram_only, std::nullopt, 100)->entries.empty());
+  EXPECT_TRUE(
+      store_->ListEntries({"tenant-b", Role::kAdmin}, {}, std::nullopt, 100)->entries.empty());
+
   // A dry run lists SSD-only entries and removes nothing.
   EvictRequest filter;
   filter.dry_run = true;

@@ -1782,9 +1782,27 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   }
   Impl& s = *impl_;
   EntryPage page;
-  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  const std::optional<uint32_t> ns = s.ssd != nullptr
+                                         ? std::optional<uint32_t>(s.InternNamespace(caller.ns))
+                                         : s.FindNamespace(caller.ns);
   if (!ns.has_value()) return page;
   const Nanos now = s.clock->Now();
+  // SSD-only entries (read before the DRAM pass, outside its locks) join
+  // the page in the same (key, kind) order; DRAM-resident copies are listed
+  // once, as their DRAM entry.
+  std::vector<EntryInfo> ssd_only;
+  if (!filter.tier.has_value() || *filter.tier == Tier::kSsd) {
+    for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
+      if ((after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) ||
+          (filter.model_id.has_value() && c.model_id != *filter.model_id) ||
+          (filter.kind.has_value() && c.kind != *filter.kind) ||
+          (filter.older_than > 0 && c.commit_time > now - filter.older_than) ||
+          (filter.pinned.has_value() && *filter.pinned)) {
+        continue;
+      }
+      ssd_only.push_back(std::move(c));
+    }
+  }
   // The index is hashed, so a page is the `limit` smallest keys past the
   // cursor: a bounded heap over one pass, O(entries x log limit).
   auto less = [](const Entry* a, const Entry* b) {
@@ -1809,10 +1827,23 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
     }
   }
   std::sort_heap(heap.begin(), heap.end(), less);
-  const bool more = heap.size() > limit;
-  if (more) heap.pop_back();
-  for (const Entry* e : heap) page.entries.push_back(DescribeLocked(*e, caller.ns));
-  if (more) page.next = EntryCursor{heap.back()->key.chain, heap.back()->key.kind};
+  std::vector<EntryInfo> merged;
+  merged.reserve(heap.size() + ssd_only.size());
+  for (const Entry* e : heap) merged.push_back(DescribeLocked(*e, caller.ns));
+  for (EntryInfo& c : ssd_only) {
+    const EntryKey k{*ns, c.kind, c.key};
+    Impl::Shard& shard = s.ShardFor(k);
+    std::shared_lock slock(shard.mu);
+    if (shard.map.count(k) == 0) merged.push_back(std::move(c));
+  }
+  auto info_less = [](const EntryInfo& a, const EntryInfo& b) {
+    return CursorLess(a.key, a.kind, b.key, b.kind);
+  };
+  std::sort(merged.begin(), merged.end(), info_less);
+  const bool more = merged.size() > limit;
+  if (more) merged.resize(limit);
+  page.entries = std::move(merged);
+  if (more) page.next = EntryCursor{page.entries.back().key, page.entries.back().kind};
   return page;
 }
 
