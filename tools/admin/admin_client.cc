@@ -40,6 +40,8 @@ ExitCode ExitCodeFor(StatusCode code) {
 }
 
 Result<std::unique_ptr<Membership>> OpenMembership(std::string_view spec) {
+  // A cluster in etcd: every node it lists.
+  if (spec.starts_with("strata+etcd://")) return OpenMembershipFromUri(spec);
   std::vector<NodeInfo> nodes;
   size_t start = 0;
   while (start <= spec.size()) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/status.h"
@@ -62,5 +63,10 @@ struct EtcdMembershipOptions {
 // caller learns at once that etcd is unreachable; later outages are ridden
 // out (the last known list stays until etcd answers again).
 Result<std::unique_ptr<Membership>> OpenEtcdMembership(const EtcdMembershipOptions& options);
+
+// The nodes a cluster store URI names (client.h): strata+etcd://h:2379[,...]
+// /<cluster> opens an etcd membership; strata://h1:p1[,h2:p2...] a static
+// list.
+Result<std::unique_ptr<Membership>> OpenMembershipFromUri(std::string_view uri);
 
 }  // namespace strata
