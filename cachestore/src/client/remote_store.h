@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "strata/client.h"
 
@@ -18,6 +19,12 @@ class NodeClient : public Store {
  public:
   virtual const std::string& caller_namespace() const = 0;
 };
+
+// A client-side match: checks the prompt, derives its chain keys for
+// namespace `ns` (into *keys, which the returned request points at), and
+// copies the match options. What RemoteStore and the cluster store send.
+Result<MatchKeysRequest> DeriveMatchKeys(const std::string& ns, const MatchRequest& req,
+                                         std::vector<ChainKey>* keys);
 
 Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
                                                 const ClientOptions& options);

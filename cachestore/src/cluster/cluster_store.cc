@@ -199,29 +199,12 @@ class ClusterStore final : public Store {
   }
 
   Result<MatchResult> Match(const MatchRequest& req) override {
-    if (req.tokens.size() > kMaxPromptTokens) {
-      return InvalidArgument("prompt of " + std::to_string(req.tokens.size()) +
-                             " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
-    }
-    if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
-      return InvalidArgument("block_tokens must be in 1..65536");
-    }
     Result<std::string> ns = Namespace();
     if (!ns.ok()) return ns.status();
-    const ChainRoot root{*ns, req.model_id, req.extra};
-    STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
-    Result<std::vector<ChainKey>> keys =
-        ChainKeys::ForPrompt(root, req.tokens, req.block_tokens, req.mm);
-    if (!keys.ok()) return keys.status();
-    MatchKeysRequest by_keys;
-    by_keys.model_id = req.model_id;
-    by_keys.root = ChainKeys::Root(root);
-    by_keys.keys = *keys;
-    by_keys.block_tokens = req.block_tokens;
-    by_keys.want_swa = req.want_swa;
-    by_keys.take_lease = req.take_lease;
-    by_keys.lease_ttl = req.lease_ttl;
-    return MatchKeys(by_keys);
+    std::vector<ChainKey> keys;
+    Result<MatchKeysRequest> by_keys = DeriveMatchKeys(*ns, req, &keys);
+    if (!by_keys.ok()) return by_keys.status();
+    return MatchKeys(*by_keys);
   }
 
   Result<MatchResult> MatchKeys(const MatchKeysRequest& req) override {
