@@ -290,6 +290,30 @@ TEST_F(SsdStoreTest, DeleteRemovesTheSsdCopy) {
   EXPECT_EQ(Match(tokens).blocks.size(), 1u);
 }
 
+// A delete that lands while the block is being written back must not
+// leave an SSD copy behind: the delete's own SSD erase runs before the copy
+// is indexed, so it finds nothing to erase.
+TEST_F(SsdStoreTest, DeleteDuringWriteBackLeavesNoSsdCopy) {
+  const std::vector<uint32_t> tokens = Tokens(kTinyBlockTokens, 1000);
+  std::atomic<bool> armed{true};
+  Status deleted = Internal("the hook did not run");
+  CacheStoreOptions o = Options();
+  o.ssd->before_index_write_hook = [&] {
+    if (armed.exchange(false))
+      deleted = store_->Delete(who_, Keys(tokens)[0], StateKind::kGlobalKv);
+  };
+  Open(o);
+  Commit(tokens);
+  store_->FlushWriteBack();
+  ASSERT_TRUE(deleted.ok()) << deleted.ToString();
+  auto info = store_->Inspect(who_, Keys(tokens)[0], StateKind::kGlobalKv);
+  EXPECT_EQ(info.status().code(), StatusCode::kNotFound)
+      << (info.ok() ? std::string(TierName(info->tier)) : info.status().ToString());
+  Open(o);  // and after a restart, which reads the SSD index
+  EXPECT_TRUE(Match(tokens).blocks.empty());
+  ExpectInvariants();
+}
+
 TEST_F(SsdStoreTest, AdminCallsReachSsdOnlyEntries) {
   Open();
   const std::vector<uint32_t> a = Tokens(3 * kTinyBlockTokens, 21);

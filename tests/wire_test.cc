@@ -58,6 +58,35 @@ TEST(WireTest, MatchResponseRoundTrip) {
   EXPECT_EQ(back->lease, 42u);
 }
 
+// A peer from before the packed match format puts its keys (or blocks) in
+// the retired field: a clear error, not an empty match.
+TEST(WireTest, RetiredUnpackedMatchFieldsAreRefused) {
+  MatchKeysRequest r;
+  r.model_id = TestModel();
+  r.root = Key(0);
+  std::string old_request = EncodeMatchRequest(r).SerializeAsString();
+  old_request += '\x1a';  // field 3, length-delimited: one unpacked key
+  old_request += '\x10';
+  old_request += std::string(16, 'k');
+  v1::MatchRequest req;
+  ASSERT_TRUE(req.ParseFromString(old_request));
+  DecodedMatch d;
+  Status st = DecodeMatchRequest(req, &d);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("retired"), std::string::npos) << st.message();
+
+  std::string old_response = EncodeMatchResult(MatchResult{}).SerializeAsString();
+  old_response += '\x0a';  // field 1: one BlockMatch message
+  old_response += '\x02';
+  old_response += std::string("\x08\x01", 2);
+  v1::MatchResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(old_response));
+  auto decoded = DecodeMatchResponse(resp);
+  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
+  // Today's messages, with no retired field, still decode.
+  EXPECT_TRUE(DecodeMatchRequest(EncodeMatchRequest(r), &d).ok());
+}
+
 TEST(WireTest, ReserveAndPublishRoundTrip) {
   std::vector<CommitBlock> blocks = {{Key(1), StateKind::kGlobalKv, 1, 227'968, std::nullopt},
                                      {Key(2), StateKind::kGlobalKv, 1, 227'968, Key(1)},

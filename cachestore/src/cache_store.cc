@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "copy_pool.h"
 #include "entry.h"
 #include "eviction_policy.h"
 #include "lease_table.h"
@@ -106,6 +107,7 @@ struct CacheStore::Impl {
   MetricsRegistry* registry = nullptr;
   Metrics m{};
   std::unique_ptr<DramArena> arena;
+  std::unique_ptr<CopyPool> copy_pool;  // Fetch's verified copies
 
   mutable std::mutex structure_mu;
   std::unique_ptr<EvictionPolicy> policy;   // structure_mu
@@ -230,6 +232,13 @@ struct CacheStore::Impl {
       writes.push_back(std::move(w));
     }
     if (!writes.empty()) (void)ssd->WriteBatch(writes);  // failures are counted by the tier
+    // Our reader pin kept capacity eviction away, so an entry deleted while
+    // it was written went on purpose (Delete, Evict, TTL, checksum). Its
+    // SSD copy goes too: the delete's own SSD erase may have run before the
+    // copy existed. A delete after this check finds the copy and erases it.
+    for (size_t i = 0; i < pinned.size(); ++i) {
+      if (pinned[i].entry->state.load() == EntryState::kDeleting) (void)ssd->Erase(writes[i].key);
+    }
     for (const EntryRef& ref : pinned) Unpin(ref, /*lease=*/false);
   }
 
@@ -697,6 +706,7 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   auto arena = DramArena::Create(options.dram);
   if (!arena.ok()) return arena.status();
   impl->arena = std::move(arena).value();
+  impl->copy_pool = std::make_unique<CopyPool>(options.copy_threads);
   auto policy = MakeEvictionPolicy(options.eviction_policy, impl->arena->capacity_bytes());
   if (!policy.ok()) return policy.status();
   impl->policy = std::move(policy).value();
@@ -1193,10 +1203,12 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
                  &headers[b]};
   }
   std::optional<CopyFailure> failure;
-  const auto arrived = static_cast<uint32_t>(
-      CopyVerifiedBodies(copies, req.on_event, &out.bytes, &failure, [&](size_t g) {
+  const auto arrived = static_cast<uint32_t>(CopyVerifiedBodies(
+      copies, req.on_event, &out.bytes, &failure,
+      [&](size_t g) {
         if (g == 0) s.m.first_group_seconds->Observe(SecondsSince(*s.clock, start));
-      }));
+      },
+      s.copy_pool.get()));
   if (failure.has_value()) {
     corrupt.push_back(pinned[failure->block].entry);
     cut(arrived, ChecksumMismatch("block " + std::to_string(failure->block) + ", layer group " +

@@ -1,6 +1,9 @@
 #include "strata/store_types.h"
 
 #include <algorithm>
+#include <atomic>
+
+#include "copy_pool.h"
 
 namespace strata {
 
@@ -67,22 +70,45 @@ void FetchFuture::Complete(FetchOutcome outcome) {
 size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
                           const std::function<void(const FetchEvent&)>& on_event, uint64_t* bytes,
                           std::optional<CopyFailure>* failure,
-                          const std::function<void(size_t group)>& after_group) {
-  size_t usable = blocks.size();
+                          const std::function<void(size_t group)>& after_group, CopyPool* pool) {
+  constexpr size_t kNoFailure = SIZE_MAX;
+  constexpr uint64_t kParallelFromBytes = 1 << 20;  // below: not worth waking a helper
   size_t max_groups = 0;
-  for (const VerifiedCopy& b : blocks) max_groups = std::max(max_groups, b.header->groups.size());
-  for (size_t g = 0; g < max_groups && usable > 0; ++g) {
+  uint64_t body_bytes = 0;
+  for (const VerifiedCopy& b : blocks) {
+    max_groups = std::max(max_groups, b.header->groups.size());
+    for (const GroupExtent& ge : b.header->groups) body_bytes += ge.length;
+  }
+  // Each worker copies a contiguous slice of the blocks, layer group by
+  // layer group, and publishes how many groups it has finished. Worker 0
+  // (the caller) reports group g once every slice has finished it, so the
+  // events come in the same order as from one thread.
+  struct alignas(64) Progress {
+    std::atomic<size_t> groups_done{0};
+  };
+  std::vector<Progress> progress(pool != nullptr ? pool->threads() : 1);
+  // Written by the block's worker, read by worker 0 while that worker may
+  // already be on the next group: atomic.
+  std::vector<std::atomic<size_t>> failed_group(blocks.size());
+  for (auto& f : failed_group) f.store(kNoFailure, std::memory_order_relaxed);
+  std::atomic<size_t> limit{blocks.size()};  // blocks from here on are past a failure
+  size_t usable = blocks.size();
+
+  auto report_group = [&](size_t g, size_t workers) {
+    for (size_t w = 1; w < workers; ++w) {
+      SpinWait wait;
+      while (progress[w].groups_done.load(std::memory_order_acquire) <= g) wait.Once();
+    }
     for (size_t b = 0; b < usable; ++b) {
       const std::vector<GroupExtent>& groups = blocks[b].header->groups;
       if (g >= groups.size()) continue;
-      const GroupExtent& ge = groups[g];
-      if (CopyAndChecksum(blocks[b].dst + ge.offset, blocks[b].src + ge.offset, ge.length) !=
-          ge.checksum) {
+      if (failed_group[b].load(std::memory_order_relaxed) <= g) {
         *failure = CopyFailure{b, g};
         usable = b;
+        limit.store(b, std::memory_order_relaxed);
         break;
       }
-      *bytes += ge.length;
+      *bytes += groups[g].length;
       if (on_event) {
         on_event(
             {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(g)});
@@ -93,6 +119,34 @@ size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
       on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
                 static_cast<uint32_t>(g)});
     }
+  };
+  auto work = [&](size_t w, size_t workers) {
+    const size_t lo = blocks.size() * w / workers;
+    const size_t hi = blocks.size() * (w + 1) / workers;
+    for (size_t g = 0; g < max_groups; ++g) {
+      for (size_t b = lo; b < hi && b < limit.load(std::memory_order_relaxed); ++b) {
+        const std::vector<GroupExtent>& groups = blocks[b].header->groups;
+        if (g >= groups.size() || failed_group[b].load(std::memory_order_relaxed) != kNoFailure) {
+          continue;
+        }
+        const GroupExtent& ge = groups[g];
+        if (CopyAndChecksum(blocks[b].dst + ge.offset, blocks[b].src + ge.offset, ge.length) !=
+            ge.checksum) {
+          failed_group[b].store(g, std::memory_order_relaxed);
+        }
+      }
+      progress[w].groups_done.store(g + 1, std::memory_order_release);
+      if (w == 0) {
+        report_group(g, workers);
+        if (usable == 0) break;
+      }
+    }
+  };
+  const size_t max_workers = body_bytes >= kParallelFromBytes ? blocks.size() : 1;
+  if (pool != nullptr) {
+    pool->Run(max_workers, work);
+  } else {
+    work(0, 1);
   }
   if (on_event) {
     for (size_t b = 0; b < usable; ++b) {

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <google/protobuf/unknown_field_set.h>
+
 namespace strata::wire {
 namespace {
 
@@ -121,7 +123,27 @@ v1::MatchRequest EncodeMatchRequest(const MatchKeysRequest& r) {
   return out;
 }
 
+namespace {
+
+// A field number this version reserved carries data: the peer speaks the
+// protocol before the packed match format. Decoding on would read an
+// empty key list and report a miss instead of the mismatch.
+Status RejectRetiredField(const google::protobuf::Message& m, int number, const char* what) {
+  const google::protobuf::UnknownFieldSet& unknown = m.GetReflection()->GetUnknownFields(m);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    if (unknown.field(i).number() == number) {
+      return InvalidArgument(std::string(what) + " uses the retired unpacked format (field " +
+                             std::to_string(number) +
+                             "): client and node are from incompatible releases");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status DecodeMatchRequest(const v1::MatchRequest& in, DecodedMatch* out) {
+  STRATA_RETURN_IF_ERROR(RejectRetiredField(in, 3, "match request"));
   MatchKeysRequest& r = out->request;
   STRATA_RETURN_IF_ERROR(Digest(in.model_id(), "model_id", &r.model_id));
   STRATA_RETURN_IF_ERROR(Digest(in.root_key(), "root_key", &r.root));
@@ -165,6 +187,7 @@ v1::MatchResponse EncodeMatchResult(const MatchResult& m) {
 }
 
 Result<MatchResult> DecodeMatchResponse(const v1::MatchResponse& in) {
+  STRATA_RETURN_IF_ERROR(RejectRetiredField(in, 1, "match response"));
   MatchResult m;
   const v1::BlockRun& run = in.blocks();
   std::vector<ChainKey> keys;

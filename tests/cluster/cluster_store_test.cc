@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "cluster/placement.h"
 #include "node_test_util.h"
@@ -189,6 +190,21 @@ TEST_F(ClusterStoreTest, RoundTripThroughTheClusterUri) {
   EXPECT_TRUE(store.Abort(m->lease).ok());
   EXPECT_TRUE(store.Abort(m->lease).ok());  // twice is fine
   EXPECT_EQ(store.RenewLease(m->lease, Seconds(1)).code(), StatusCode::kLeaseExpired);
+
+  // Release ends the nodes' read leases without a round trip: soon after,
+  // no node holds one.
+  auto released = MatchPrompt(store, p);
+  ASSERT_TRUE(released.ok());
+  store.Release(released->lease);
+  EXPECT_EQ(store.RenewLease(released->lease, Seconds(1)).code(), StatusCode::kLeaseExpired);
+  for (const auto& node : nodes_) {
+    uint64_t live = 1;
+    for (int i = 0; i < 200 && live != 0; ++i) {
+      live = NodeStats(*node).read_leases();
+      if (live != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(live, 0u) << node->target();
+  }
 
   // The blocks are spread over the nodes, each on exactly one (R = 1).
   const std::span<const ChainKey> keys(p.keys.data() + 1, 24);

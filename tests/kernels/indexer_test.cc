@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "reduce.h"  // detail::Dot and its fast variants
 #include "strata/kernels/formats.h"
 
 namespace strata::kernels {
@@ -202,6 +203,86 @@ TEST(IndexerTest, BatchAndChunkInvariant) {
   EXPECT_EQ(cand, cand2);
   EXPECT_EQ(topk, topk2);
   EXPECT_EQ(0, std::memcmp(scores.data(), scores2.data(), scores.size() * sizeof(float)));
+}
+
+// The fast paths (four keys, or two tokens by four keys, per call) give
+// each score the exact arithmetic of detail::Dot: same bits for every n.
+TEST(IndexerTest, FastDotsEqualDotBitForBit) {
+  for (size_t n : {1u, 7u, 8u, 9u, 64u, 127u, 128u, 200u}) {
+    const std::vector<float> a0 = RandomFloats(n, 100 + n), a1 = RandomFloats(n, 200 + n);
+    const std::vector<float> b = RandomFloats(4 * (n + 3), 300 + n);
+    const size_t stride = n + 3;
+    float d4[4], e0[4], e1[4];
+    detail::Dot4(a0.data(), b.data(), stride, n, d4);
+    detail::Dot2x4(a0.data(), a1.data(), b.data(), stride, n, e0, e1);
+    for (size_t r = 0; r < 4; ++r) {
+      const float want0 = detail::Dot(a0.data(), b.data() + r * stride, n);
+      const float want1 = detail::Dot(a1.data(), b.data() + r * stride, n);
+      EXPECT_EQ(0, std::memcmp(&d4[r], &want0, sizeof(float))) << "n " << n << " r " << r;
+      EXPECT_EQ(0, std::memcmp(&e0[r], &want0, sizeof(float))) << "n " << n << " r " << r;
+      EXPECT_EQ(0, std::memcmp(&e1[r], &want1, sizeof(float))) << "n " << n << " r " << r;
+    }
+  }
+}
+
+// Runs of tokens from one sequence with different visible counts, over
+// more keys than one cache tile: the tiled, paired scan gives every score
+// the bits of a plain per-key loop.
+TEST(IndexerTest, TiledScanEqualsPlainLoopBitForBit) {
+  const uint32_t heads = 2, tokens = 37;
+  const std::vector<uint64_t> counts = {1300, 700};
+  std::vector<QuantizedRows> keys = {RandomQuantized(kIndexerKey, counts[0], 5),
+                                     RandomQuantized(kIndexerKey, counts[1], 6)};
+  const std::vector<IndexerKeys> seqs = {{keys[0].bytes.data(), counts[0]},
+                                         {keys[1].bytes.data(), counts[1]}};
+  const std::vector<float> q = RandomFloats(size_t{tokens} * heads * kIndexerDim, 7);
+  const std::vector<float> w = RandomFloats(size_t{tokens} * heads, 8);
+  std::vector<uint32_t> seq(tokens);
+  std::vector<uint64_t> visible(tokens);
+  std::mt19937_64 rng(9);
+  for (uint32_t t = 0; t < tokens; ++t) {
+    seq[t] = t < 20 || t % 7 == 0 ? 0 : 1;  // mostly runs; some lone tokens
+    visible[t] = 1 + rng() % counts[seq[t]];
+  }
+  const IndexerArgs args{tokens, heads, q.data(), w.data(), seq.data(), visible.data(), seqs};
+  const uint64_t stride = counts[0];
+  std::vector<float> got(tokens * stride);
+  IndexerScores(args, got.data(), stride);
+  for (uint32_t t = 0; t < tokens; ++t) {
+    for (uint64_t j = 0; j < visible[t]; ++j) {
+      float want = 0;
+      for (uint32_t h = 0; h < heads; ++h) {
+        const float d = detail::Dot(&q[(size_t{t} * heads + h) * kIndexerDim],
+                                    &keys[seq[t]].values[j * kIndexerDim], kIndexerDim);
+        want += w[t * heads + h] * std::max(0.0f, d);
+      }
+      ASSERT_EQ(0, std::memcmp(&got[t * stride + j], &want, sizeof(float)))
+          << "token " << t << " key " << j;
+    }
+  }
+}
+
+// Small k out of many takes a one-pass selection; it must pick exactly the
+// set the general path (and the brute force) picks, NaN and ties included.
+TEST(IndexerTest, TopKOfFewAmongManyMatchesBruteForce) {
+  std::mt19937_64 rng(testing::TestSeed() + 1);
+  for (int round = 0; round < 40; ++round) {
+    const uint32_t k = 1 + rng() % 32;
+    std::vector<float> s(16 * k + rng() % 4000);
+    for (float& x : s)
+      x = round % 2 ? static_cast<float>(rng() % 50) : std::ldexp(float(rng() % 100000), -7);
+    for (int i = 0; i < round % 4; ++i)
+      s[rng() % s.size()] = std::numeric_limits<float>::quiet_NaN();
+    if (round % 5 == 0) s[rng() % s.size()] = kNegInf;
+    std::vector<int32_t> got(k);
+    EXPECT_EQ(TopK(s.data(), s.size(), k, got.data()), k);
+    ASSERT_EQ(got, BruteTopK(s, k)) << "round " << round;
+  }
+  // Everything NaN: still k picks, lowest indices first.
+  std::vector<float> nan(100, std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> got(3);
+  TopK(nan.data(), nan.size(), 3, got.data());
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 2}));
 }
 
 }  // namespace

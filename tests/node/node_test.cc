@@ -207,7 +207,9 @@ TEST_F(NodeTest, LeasesOfAKilledClientExpire) {
   }
   close(go[0]);
   close(ready[1]);
-  StartNode({.port = 0, .settings = {"read_lease_ttl=1s", "write_lease_ttl=1s"}});
+  // TTLs long enough that a loaded machine (ctest -j) still sees both
+  // leases held before the kill.
+  StartNode({.port = 0, .settings = {"read_lease_ttl=3s", "write_lease_ttl=3s"}});
   {
     auto store = Open(*node_, kTokenA.token);
     CommitAll(*store, MakePrompt(*store, 2, 7), false);
@@ -227,7 +229,7 @@ TEST_F(NodeTest, LeasesOfAKilledClientExpire) {
   waitpid(child, nullptr, 0);
   // Within a TTL plus a maintenance pass both are gone, and the space of
   // the reservation is back.
-  for (int i = 0; i < 50; ++i) {
+  for (int i = 0; i < 100; ++i) {
     stats = NodeStats(*node_);
     if (stats.read_leases() == 0 && stats.write_leases() == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "kv_transfer.h"
 #include "strata/kernels/formats.h"
@@ -84,6 +85,10 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
       swa_layout_(MakeSwaLayout(kV41SwaLayoutId)),
       pool_(std::max(global_layout_.PayloadBytes(), swa_layout_.PayloadBytes()),
             options_.pool_pages) {
+  const uint32_t threads = options_.kernel_threads != 0
+                               ? options_.kernel_threads
+                               : std::max(1u, std::thread::hardware_concurrency());
+  if (threads > 1) kernel_pool_ = std::make_unique<TaskPool>(threads - 1);
   ModelFingerprint fp;
   fp.weights_revision = options_.weights_revision;
   fp.tokenizer_version = ByteTokenizer::kVersion;
@@ -462,6 +467,7 @@ std::vector<StepOutput> Engine::Step() {
   hooks.before_layer = [&](uint32_t layer, size_t i) { return BeforeLayer(*owners[i], layer); };
   ForwardOptions fopt;
   fopt.masked_attention = options_.masked_attention;
+  fopt.pool = kernel_pool_.get();
   std::vector<std::vector<float>> logits;
   Forward(model_, items, hooks, fopt, logits);
 

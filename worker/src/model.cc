@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "linalg.h"
 #include "strata/kernels/attention.h"
 #include "strata/kernels/formats.h"
 #include "strata/kernels/indexer.h"
 #include "strata/kernels/moe.h"
+#include "strata/task_pool.h"
 
 namespace strata::worker {
 namespace {
@@ -420,7 +422,7 @@ class ForwardPass {
       const uint32_t cb = c_.candidate_blocks;
       if (spec.kind == LayerKind::kFull) {
         std::vector<int32_t> cand(n * cb);
-        kernels::IndexerSelectFull(ia, icfg, cand.data(), topk.data());
+        SelectFull(ia, icfg, cand.data(), topk.data());
         candidates_[l].assign(rows_.size() * cb, -1);
         for (size_t i = 0; i < n; ++i) {
           std::memcpy(&candidates_[l][size_t{rows[i]} * cb], &cand[i * cb], cb * sizeof(int32_t));
@@ -505,6 +507,36 @@ class ForwardPass {
   const ModelConfig& c_;
   std::span<ForwardItem> items_;
   const ForwardHooks& hooks_;
+  // The indexer's full scan is the one kernel whose cost grows with the
+  // context (every visible key for every row: quadratic over a cold
+  // prefill), so its rows are split across the pool's threads.
+  void SelectFull(const kernels::IndexerArgs& ia, const kernels::IndexerConfig& icfg,
+                  int32_t* candidates, int32_t* topk) const {
+    constexpr uint32_t kMinRowsPerPart = 16;
+    const size_t parts = opt_.pool == nullptr ? 1
+                                              : std::min<size_t>(opt_.pool->threads() + 1,
+                                                                 ia.tokens / kMinRowsPerPart);
+    if (parts <= 1) {
+      kernels::IndexerSelectFull(ia, icfg, candidates, topk);
+      return;
+    }
+    std::vector<std::function<void()>> tasks;
+    for (size_t p = 0; p < parts; ++p) {
+      const uint32_t lo = static_cast<uint32_t>(ia.tokens * p / parts);
+      const uint32_t hi = static_cast<uint32_t>(ia.tokens * (p + 1) / parts);
+      kernels::IndexerArgs part = ia;
+      part.tokens = hi - lo;
+      part.q += size_t{lo} * ia.heads * kIndexerDim;
+      part.weights += size_t{lo} * ia.heads;
+      part.seq += lo;
+      part.visible += lo;
+      tasks.emplace_back(
+          [part, &icfg, c = candidates + size_t{lo} * icfg.candidate_blocks,
+           t = topk + size_t{lo} * icfg.topk] { kernels::IndexerSelectFull(part, icfg, c, t); });
+    }
+    opt_.pool->RunAll(std::move(tasks));
+  }
+
   const ForwardOptions& opt_;
   std::vector<bool> alive_;
   std::vector<Row> rows_;

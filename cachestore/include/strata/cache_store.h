@@ -36,6 +36,9 @@ struct CacheStoreOptions {
   Nanos default_write_lease_ttl = Seconds(30);
   std::string eviction_policy = "lru";  // or "aslru" (docs/eviction-policy.md)
   uint32_t index_shards = 64;           // a power of two
+  // Threads that share one large fetch's verified copy, the caller
+  // included; 0 = min(2, hardware threads).
+  uint32_t copy_threads = 0;
   // Background expiry of leases and TTLs and watermark eviction; 0 leaves
   // it to explicit RunMaintenance() calls (tests with a ManualClock).
   Nanos maintenance_interval = 100 * kNanosPerMilli;

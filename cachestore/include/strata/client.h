@@ -37,6 +37,9 @@ struct ClientOptions {
   // A cluster: how many nodes each block is written to (capped at the
   // number of nodes); 0 takes the cluster's setting (1 for a static list).
   uint32_t replication_factor = 0;
+  // Threads that share one large verified copy out of a node's mapped arena
+  // (shared memory), the caller included; 0 = min(2, hardware threads).
+  uint32_t copy_threads = 0;
 
   // inproc://: attach to this store; when null a private store with
   // `inproc_dram_bytes` of DRAM is created and owned by the Store.

@@ -21,6 +21,8 @@
 
 namespace strata {
 
+class CopyPool;  // copy_pool.h
+
 // Who is calling. Comes from credentials (a bearer token on the wire, the
 // embedding process in-process), never from a request body.
 enum class Role : uint8_t { kRead = 1, kWrite = 2, kAdmin = 3 };  // each includes the ones below
@@ -153,7 +155,8 @@ Status CheckFetchRequest(const FetchRequest& req, bool* want_swa);
 // kBlockReady. The blocks' headers are verified already. Returns how many
 // leading blocks arrived whole; on a checksum failure `*failure` names the
 // block and group where the prefix stopped. `after_group(g)` runs after
-// each pass.
+// each pass. With a `pool`, a large copy is split across its threads (the
+// events still come from the calling thread, in the same order).
 struct VerifiedCopy {
   const std::byte* src = nullptr;
   std::byte* dst = nullptr;
@@ -166,7 +169,8 @@ struct CopyFailure {
 size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
                           const std::function<void(const FetchEvent&)>& on_event, uint64_t* bytes,
                           std::optional<CopyFailure>* failure,
-                          const std::function<void(size_t group)>& after_group = nullptr);
+                          const std::function<void(size_t group)>& after_group = nullptr,
+                          CopyPool* pool = nullptr);
 
 // Completes once; Wait() may be called from any thread, any number of times.
 class FetchFuture {

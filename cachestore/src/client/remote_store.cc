@@ -19,6 +19,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "copy_pool.h"
 #include "file_util.h"
 #include "grpc_status.h"
 #include "strata/data_plane.h"
@@ -72,6 +73,7 @@ class RemoteStore final : public NodeClient {
         options_(std::move(options)),
         mode_(mode),
         bearer_("Bearer " + options_.token),
+        copy_pool_(options_.copy_threads),
         release_flusher_([this] { FlushReleases(); }) {}
 
   ~RemoteStore() override {
@@ -551,7 +553,8 @@ class RemoteStore final : public NodeClient {
       copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b]};
     }
     std::optional<CopyFailure> failure;
-    const size_t arrived = CopyVerifiedBodies(copies, req.on_event, &out.bytes, &failure);
+    const size_t arrived =
+        CopyVerifiedBodies(copies, req.on_event, &out.bytes, &failure, nullptr, &copy_pool_);
     if (failure.has_value()) {
       cut(arrived, ChecksumMismatch("layer group " + std::to_string(failure->group) +
                                     " fails its checksum"));
@@ -767,6 +770,7 @@ class RemoteStore final : public NodeClient {
   const ClientOptions options_;
   const dataplane::Mode mode_;
   const std::string bearer_;
+  CopyPool copy_pool_;  // FetchMapped's verified copies
 
   // The caller's namespace (it feeds key[0]); written once by Connect.
   std::string ns_;

@@ -28,7 +28,7 @@
 
 #include "client/remote_store.h"
 #include "cluster/placement.h"
-#include "cluster/task_pool.h"
+#include "strata/task_pool.h"
 
 namespace strata {
 namespace {
@@ -624,6 +624,27 @@ class ClusterStore final : public Store {
     if (write != nullptr) AbortParts(*write);
     if (read != nullptr) AbortParts(read->parts);
     return Status::Ok();  // unknown or ended leases are fine: abort is idempotent
+  }
+
+  // A read lease ends on every node without a round trip (each node client
+  // sends it with its next call); anything else is an Abort.
+  void Release(LeaseId lease_id) override {
+    std::shared_ptr<ReadLease> read;
+    {
+      std::lock_guard lock(leases_mu_);
+      if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) {
+        read = std::move(it->second);
+        read_leases_.erase(it);
+      }
+    }
+    if (read == nullptr) {
+      (void)Abort(lease_id);
+      return;
+    }
+    for (const auto& [node, lease] : read->parts) {
+      Result<std::shared_ptr<NodeClient>> client = Client(*node);
+      if (client.ok()) (*client)->Release(lease);  // else it ends at its expiry
+    }
   }
 
  private:

@@ -143,6 +143,14 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
                              ? CacheStoreOptions::SsdAdmission::kHitOnce
                              : CacheStoreOptions::SsdAdmission::kAllGlobalKv;
   }
+  if (const NodeConfig defaults;
+      config.ssd_dir.empty() &&
+      (!config.ssd_index_dir.empty() || config.ssd_bytes != defaults.ssd_bytes ||
+       config.ssd_data_files != defaults.ssd_data_files ||
+       config.ssd_admission != defaults.ssd_admission)) {
+    // Settings for a tier that is off: say so, rather than ignore them.
+    spdlog::warn("event=ssd_tier_off reason=\"ssd_dir is empty; other ssd_* settings ignored\"");
+  }
   Result<std::unique_ptr<CacheStore>> store = CacheStore::Open(std::move(opts));
   if (!store.ok()) return store.status();
   st.SetStore(std::move(store).value());

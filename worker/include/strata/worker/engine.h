@@ -25,6 +25,7 @@
 #include "strata/clock.h"
 #include "strata/status.h"
 #include "strata/store.h"
+#include "strata/task_pool.h"
 #include "strata/worker/block_pool.h"
 #include "strata/worker/model.h"
 #include "strata/worker/sampler.h"
@@ -45,6 +46,9 @@ struct EngineOptions {
   bool use_store_reads = true;    // false: commit only (a cold run that fills the store)
   bool masked_attention = false;  // the bounded-replay reference kernel
   bool return_logits = false;     // copy each sampled token's logits into the output
+  // Threads for the long-context indexer scans, this one included;
+  // 0 = one per hardware thread.
+  uint32_t kernel_threads = 0;
 };
 
 struct Request {
@@ -128,6 +132,7 @@ class Engine {
   Layout global_layout_, swa_layout_;
   std::vector<uint64_t> group_offset_;  // per source: offset of its group in a payload
   BlockPool pool_;
+  std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<uint64_t> order_;  // arrival order
   SteadyClock clock_;

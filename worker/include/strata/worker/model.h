@@ -30,6 +30,10 @@
 #include "strata/worker/model_config.h"
 #include "strata/worker/safetensors.h"
 
+namespace strata {
+class TaskPool;  // strata/task_pool.h
+}  // namespace strata
+
 namespace strata::worker {
 
 struct ExpertTensors {
@@ -113,6 +117,9 @@ struct ForwardOptions {
   // Dense-window attention with masking instead of the compact kernel
   // (the bounded-replay reference; bit-identical by the kernels' contract).
   bool masked_attention = false;
+  // Threads that share the indexer's full scans (with the calling thread);
+  // null: the calling thread alone. Rows are independent: same results.
+  TaskPool* pool = nullptr;
 };
 
 // Runs the items as one batch. logits: per item with want_logits, vocab

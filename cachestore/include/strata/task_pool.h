@@ -1,6 +1,7 @@
 // A fixed set of threads that runs a batch of tasks in parallel: how the
 // cluster client sends one request per node at once (DESIGN §6) without
-// starting a thread per request.
+// starting a thread per request, and how the worker splits a long-context
+// indexer scan across cores.
 #pragma once
 
 #include <condition_variable>
@@ -25,6 +26,8 @@ class TaskPool {
   // the calling thread, so a batch of one costs no hand-off, and a batch
   // makes progress even when every pool thread is busy.
   void RunAll(std::vector<std::function<void()>> tasks);
+
+  size_t threads() const { return threads_.size(); }
 
  private:
   void Loop();

@@ -1,4 +1,4 @@
-#include "cluster/task_pool.h"
+#include "strata/task_pool.h"
 
 #include <memory>
 
