@@ -390,6 +390,19 @@ TEST(EngineBatchTest, RequestInAMixedBatchEqualsItAlone) {
   ExpectIdentical(alone, mixed);
 }
 
+// The indexer's full scans split their rows across kernel threads: any
+// thread count gives the same bits as one thread.
+TEST(EngineBatchTest, KernelThreadsChangeNoBit) {
+  EngineOptions one = Options(nullptr);
+  one.kernel_threads = 1;
+  const RunResult alone = RunOne(one, Turn2(), 8);
+  for (uint32_t threads : {2u, 3u, 5u}) {
+    EngineOptions many = Options(nullptr);
+    many.kernel_threads = threads;
+    ExpectIdentical(alone, RunOne(many, Turn2(), 8));
+  }
+}
+
 TEST(EngineBatchTest, SeededSamplingIsReproducible) {
   EngineOptions o = Options(nullptr);
   Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
