@@ -1,6 +1,6 @@
-// See node_bench.h. Order matters: the raw-UCX baselines fork their server
-// before this process creates any UCX context, then Redis, then the node
-// phases (which create UCX contexts in this process).
+// See node_bench.h. Order matters: the raw-UCX servers fork before this
+// process creates any UCX context; then Redis; then the node phases (which
+// create UCX contexts here), each measured in turn with its raw server.
 #include "node_bench.h"
 
 #include <fcntl.h>
@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -48,8 +51,71 @@ double TimedWindow(double seconds, std::atomic<bool>& go, std::atomic<bool>& sto
   return static_cast<double>(moved) / elapsed / 1e9;
 }
 
-// Clients loop match (with lease) -> fetch every block -> release.
-// copy_threads: ClientOptions::copy_threads (0 = the default).
+// Keeps the next prompt's leased match in flight while the current
+// prompt's blocks are fetched, as an engine matches queued requests while
+// it loads running ones (raw UCX and Redis keep their requests in flight
+// too). Prompts first, first + step, ...
+class MatchAhead {
+ public:
+  MatchAhead(Store& store, const std::vector<std::vector<uint32_t>>& prompts, uint64_t first,
+             uint64_t step)
+      : store_(store), prompts_(prompts), next_(first), step_(step), thread_([this] { Loop(); }) {}
+  ~MatchAhead() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    if (ready_.has_value() && ready_->ok()) store_.Release((*ready_)->lease);
+  }
+
+  // The match in flight (waits for it); starts the following one.
+  Result<MatchResult> Next() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return ready_.has_value(); });
+    Result<MatchResult> m = std::move(*ready_);
+    ready_.reset();
+    want_ = true;
+    cv_.notify_all();
+    return m;
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || want_; });
+      if (stop_) return;
+      want_ = false;
+      lock.unlock();
+      MatchRequest req;
+      req.model_id = BenchModel();
+      req.tokens = prompts_[next_ % prompts_.size()];
+      req.want_swa = false;
+      req.take_lease = true;
+      next_ += step_;
+      Result<MatchResult> m = store_.Match(req);
+      lock.lock();
+      ready_.emplace(std::move(m));
+      cv_.notify_all();
+    }
+  }
+
+  Store& store_;
+  const std::vector<std::vector<uint32_t>>& prompts_;
+  uint64_t next_;
+  const uint64_t step_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<MatchResult>> ready_;  // mu_
+  bool want_ = true;                          // mu_
+  bool stop_ = false;                         // mu_
+  std::thread thread_;                        // last: starts once the rest exists
+};
+
+// Clients loop match (with lease, one prompt ahead) -> fetch every block
+// -> release. copy_threads: ClientOptions::copy_threads (0 = the default).
 Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions& o,
                                 const std::vector<std::vector<uint32_t>>& prompts,
                                 uint32_t copy_threads = 0) {
@@ -77,15 +143,10 @@ Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions&
       FetchRequest fetch;
       for (auto& b : buffers) fetch.block_buffers.push_back(b);
       bool counting = false;
-      for (uint64_t i = c;; ++i) {
-        if (stop.load()) break;
+      MatchAhead matches(**store, prompts, c, 1);
+      while (!stop.load()) {
         counting = go.load();
-        MatchRequest req;
-        req.model_id = BenchModel();
-        req.tokens = prompts[i % prompts.size()];
-        req.want_swa = false;
-        req.take_lease = true;
-        auto m = (*store)->Match(req);
+        auto m = matches.Next();
         if (!m.ok()) return fail(m.status());
         if (m->blocks.size() != o.prompt_blocks) return fail(Internal("prompt not cached"));
         fetch.match = &*m;
@@ -268,30 +329,32 @@ int RunNodeBench(const NodeBenchOptions& options) {
   json.Add("clients", o.clients);
   json.Add("prompt_blocks", o.prompt_blocks);
   json.Add("depth", o.depth);
+  json.Add("repeats", o.repeats);
   auto fail = [&](const std::string& what, const Status& st) {
     std::fprintf(stderr, "strata-bench node: %s: %s\n", what.c_str(), st.ToString().c_str());
     std::filesystem::remove_all(dir);
     return 1;
   };
 
-  // 1. Raw UCX, same block size, on each transport (forks; no UCX here yet).
+  // 1. Raw UCX servers, same block size, one per transport: forked now,
+  // before this process has any UCX or gRPC state, and measured later in
+  // turn with the node so that both see the same machine.
   RawUcxOptions raw;
   raw.block_bytes = block_bytes;
   raw.blocks = uint64_t{o.prompts} * o.prompt_blocks;
   raw.depth = o.depth;
   raw.seconds = o.seconds;
-  std::fprintf(stderr, "strata-bench node: raw UCX over shared memory...\n");
   raw.pattern = UcxFetchPattern::kRma;
   raw.tls = kShmTls;
   raw.ucx_allocated = true;  // like the node's arena: real RMA over shared memory
-  auto shm_raw = RawUcxFetchGbps(raw);
-  if (!shm_raw.ok()) return fail("raw UCX shm", shm_raw.status());
-  std::fprintf(stderr, "strata-bench node: raw UCX over TCP...\n");
+  auto shm_server = RawUcxServer::Start(raw);
+  if (!shm_server.ok()) return fail("raw UCX shm", shm_server.status());
   raw.pattern = UcxFetchPattern::kActiveMessage;
   raw.tls = kTcpTls;
   raw.ucx_allocated = false;
-  auto tcp_raw = RawUcxFetchGbps(raw);
-  if (!tcp_raw.ok()) return fail("raw UCX tcp", tcp_raw.status());
+  auto tcp_server = RawUcxServer::Start(raw);
+  if (!tcp_server.ok()) return fail("raw UCX tcp", tcp_server.status());
+  RawUcxServer* raw_servers[2] = {shm_server->get(), tcp_server->get()};
   unsetenv("UCX_TLS");
 
   // The blocks every phase serves.
@@ -317,7 +380,7 @@ int RunNodeBench(const NodeBenchOptions& options) {
   for (uint32_t p = 0; p < o.prompts; ++p) {
     prompts.push_back(RandomTokens(size_t{o.prompt_blocks} * layout.block_tokens, 500 + p));
   }
-  double fetch_gbps[2] = {0, 0};
+  double fetch_gbps[2] = {0, 0}, raw_gbps[2] = {0, 0}, ratio[2] = {0, 0};
   double match_p50 = 0, match_p99 = 0, hash_p50 = 0;
   double shm_single_gbps = 0;  // one copying thread
   const char* tls[2] = {kShmTls, kTcpTls};
@@ -342,9 +405,20 @@ int RunNodeBench(const NodeBenchOptions& options) {
         if (!st.ok()) return fail("commit", st);
       }
     }
-    auto gbps = MeasureNodeFetch(*node, o, prompts);
-    if (!gbps.ok()) return fail("node fetch", gbps.status());
-    fetch_gbps[phase] = *gbps;
+    // Raw UCX and the node in turn; the ratio is the median of the pairs'.
+    std::vector<double> raw_runs, node_runs, ratios;
+    for (uint32_t r = 0; r < o.repeats; ++r) {
+      auto raw_run = raw_servers[phase]->FetchGbps();
+      if (!raw_run.ok()) return fail("raw UCX", raw_run.status());
+      auto node_run = MeasureNodeFetch(*node, o, prompts);
+      if (!node_run.ok()) return fail("node fetch", node_run.status());
+      raw_runs.push_back(*raw_run);
+      node_runs.push_back(*node_run);
+      ratios.push_back(*node_run / *raw_run);
+    }
+    raw_gbps[phase] = Median(raw_runs);
+    fetch_gbps[phase] = Median(node_runs);
+    ratio[phase] = Median(ratios);
     if (phase == 0) {
       // The default client splits a large verified copy across two threads;
       // this line shows what one copying thread gets.
@@ -363,16 +437,16 @@ int RunNodeBench(const NodeBenchOptions& options) {
   unsetenv("UCX_TLS");
   std::filesystem::remove_all(dir);
 
-  const double shm_ratio = fetch_gbps[0] / *shm_raw;
-  const double tcp_ratio = fetch_gbps[1] / *tcp_raw;
+  const double shm_ratio = ratio[0];
+  const double tcp_ratio = ratio[1];
   table.Add("shm: fetch via node (rma)", Fixed(fetch_gbps[0], 2) + " GB/s",
             Fixed(shm_ratio, 2) + "x raw UCX (target >= 0.70)");
   table.Add("shm: fetch, one copy thread", Fixed(shm_single_gbps, 2) + " GB/s",
-            Fixed(shm_single_gbps / *shm_raw, 2) + "x raw UCX");
-  table.Add("shm: raw UCX get", Fixed(*shm_raw, 2) + " GB/s");
+            Fixed(shm_single_gbps / raw_gbps[0], 2) + "x raw UCX");
+  table.Add("shm: raw UCX get", Fixed(raw_gbps[0], 2) + " GB/s");
   table.Add("tcp: fetch via node (am)", Fixed(fetch_gbps[1], 2) + " GB/s",
             Fixed(tcp_ratio, 2) + "x raw UCX (target >= 0.70)");
-  table.Add("tcp: raw UCX active messages", Fixed(*tcp_raw, 2) + " GB/s");
+  table.Add("tcp: raw UCX active messages", Fixed(raw_gbps[1], 2) + " GB/s");
   if (!o.skip_redis) {
     table.Add("redis GET over TCP", Fixed(redis_tcp, 2) + " GB/s",
               "node tcp = " + Fixed(fetch_gbps[1] / redis_tcp, 2) + "x (target >= 1.5)");
@@ -385,10 +459,10 @@ int RunNodeBench(const NodeBenchOptions& options) {
 
   json.Add("shm_fetch_gbps", fetch_gbps[0]);
   json.Add("shm_fetch_1thread_gbps", shm_single_gbps);
-  json.Add("shm_raw_gbps", *shm_raw);
+  json.Add("shm_raw_gbps", raw_gbps[0]);
   json.Add("shm_ratio", shm_ratio);
   json.Add("tcp_fetch_gbps", fetch_gbps[1]);
-  json.Add("tcp_raw_gbps", *tcp_raw);
+  json.Add("tcp_raw_gbps", raw_gbps[1]);
   json.Add("tcp_ratio", tcp_ratio);
   if (!o.skip_redis) {
     json.Add("redis_tcp_gbps", redis_tcp);

@@ -19,7 +19,11 @@ struct NodeBenchOptions {
   // what one fetch through the node has in flight (same bytes, same
   // destination footprint).
   uint32_t depth = 0;
-  double seconds = 2.0;
+  double seconds = 1.0;
+  // Raw UCX and the node are measured in turn this many times per
+  // transport; throughputs and ratios are medians (loopback throughput on a
+  // shared machine drifts, so each ratio pairs neighbouring windows).
+  uint32_t repeats = 3;
   uint32_t match_tokens = 131072;
   uint32_t match_iters = 200;
   std::string redis_server = "redis-server";
@@ -35,6 +39,8 @@ struct NodeBenchOptions {
     app.add_option("--depth", depth, "Raw UCX / Redis requests in flight per client")
         ->check(CLI::Range(0u, 4096u));
     app.add_option("--seconds", seconds, "Seconds per measurement")->check(CLI::Range(0.1, 60.0));
+    app.add_option("--repeats", repeats, "Measurements per throughput (the median is reported)")
+        ->check(CLI::Range(1u, 15u));
     app.add_option("--match-tokens", match_tokens, "Prompt tokens for the match latency")
         ->check(CLI::Range(256u, 1u << 20));
     app.add_option("--match-iters", match_iters, "Matches timed")->check(CLI::Range(10u, 100000u));

@@ -513,6 +513,29 @@ Result<double> RawUcxFetchGbps(const RawUcxOptions& options) {
   return MeasureRaw(options, (*child)->blobs);
 }
 
+struct RawUcxServer::Child {
+  std::unique_ptr<NodeChild> node;
+};
+
+Result<std::unique_ptr<RawUcxServer>> RawUcxServer::Start(const RawUcxOptions& options) {
+  STRATA_RETURN_IF_ERROR(CheckOptions(options));
+  auto node = NodeChild::Fork([&](int up, int down) { return ServeRaw(options, up, down); });
+  if (!node.ok()) return node.status();
+  auto child = std::make_unique<Child>();
+  child->node = std::move(node).value();
+  return std::unique_ptr<RawUcxServer>(new RawUcxServer(options, std::move(child)));
+}
+
+RawUcxServer::RawUcxServer(const RawUcxOptions& options, std::unique_ptr<Child> child)
+    : options_(options), child_(std::move(child)) {}
+
+RawUcxServer::~RawUcxServer() = default;
+
+Result<double> RawUcxServer::FetchGbps() {
+  STRATA_RETURN_IF_ERROR(CheckOptions(options_));
+  return MeasureRaw(options_, child_->node->blobs);
+}
+
 Result<double> DataPlaneFetchGbps(const RawUcxOptions& options) {
   STRATA_RETURN_IF_ERROR(CheckOptions(options));
   auto child = NodeChild::Fork([&](int up, int down) { return ServeDataPlane(options, up, down); });

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "strata/status.h"
@@ -36,6 +37,24 @@ struct RawUcxOptions {
 
 // GB/s (1e9 bytes per second) of raw UCX fetches.
 Result<double> RawUcxFetchGbps(const RawUcxOptions& options);
+
+// The raw node kept running, so that raw measurements can be interleaved
+// with others (on a noisy machine, a ratio of two measurements taken
+// minutes apart drifts). Start forks: call it before this process creates
+// a UCX context or gRPC threads.
+class RawUcxServer {
+ public:
+  static Result<std::unique_ptr<RawUcxServer>> Start(const RawUcxOptions& options);
+  ~RawUcxServer();
+  // One measurement of `options.seconds` (sets UCX_TLS to options.tls).
+  Result<double> FetchGbps();
+
+ private:
+  struct Child;
+  RawUcxServer(const RawUcxOptions& options, std::unique_ptr<Child> child);
+  RawUcxOptions options_;
+  std::unique_ptr<Child> child_;
+};
 // GB/s of the same pattern through the data plane: each DataPlaneClient::Read
 // call carries `depth` ops; kRma / kActiveMessage force the client's mode.
 Result<double> DataPlaneFetchGbps(const RawUcxOptions& options);
