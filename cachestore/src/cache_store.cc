@@ -1477,16 +1477,9 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
 
 Result<PublishResult> CacheStore::Commit(const Principal& caller, const ModelId& model,
                                          std::span<const CommitPayload> payloads) {
-  std::vector<CommitBlock> blocks;
-  blocks.reserve(payloads.size());
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
-      return InvalidArgument("block " + std::to_string(i) + ": carries " +
-                             std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
-                             std::to_string(payloads[i].block.payload_bytes));
-    }
-    blocks.push_back(payloads[i].block);
-  }
+  Result<std::vector<CommitBlock>> checked = CommitBlocksOf(payloads);
+  if (!checked.ok()) return checked.status();
+  const std::vector<CommitBlock>& blocks = *checked;
   Result<Reservation> reservation = Reserve(caller, model, blocks);
   if (!reservation.ok()) return reservation.status();
   std::vector<uint64_t> checksums(payloads.size(), 0);

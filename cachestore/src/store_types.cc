@@ -19,6 +19,20 @@ std::string_view TierName(Tier tier) {
   return "UNKNOWN";
 }
 
+Result<std::vector<CommitBlock>> CommitBlocksOf(std::span<const CommitPayload> payloads) {
+  std::vector<CommitBlock> blocks;
+  blocks.reserve(payloads.size());
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
+      return InvalidArgument("block " + std::to_string(i) + ": carries " +
+                             std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
+                             std::to_string(payloads[i].block.payload_bytes));
+    }
+    blocks.push_back(payloads[i].block);
+  }
+  return blocks;
+}
+
 Status CheckFetchRequest(const FetchRequest& req, bool* want_swa) {
   *want_swa = false;
   if (req.match == nullptr) return InvalidArgument("fetch needs a match result");

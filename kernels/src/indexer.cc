@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -89,8 +88,7 @@ void ScoreTokenTile(const IndexerArgs& a, const DequantizedKeys& keys, uint32_t 
                     uint64_t row_stride, float* out) {
   constexpr uint64_t kKeyTile =
       128;  // x 512 B of floats: stays in L1 while the tile's tokens score it
-  uint64_t max_vis = 0;
-  for (uint32_t t = t0; t < t1; ++t) max_vis = std::max(max_vis, a.visible[t]);
+  const uint64_t max_vis = *std::max_element(a.visible + t0, a.visible + t1);
   auto seq = [&](uint32_t t) { return a.seq ? a.seq[t] : 0; };
   auto q = [&](uint32_t t) { return a.q + size_t{t} * a.heads * kIndexerDim; };
   auto w = [&](uint32_t t) { return a.weights + size_t{t} * a.heads; };
@@ -120,31 +118,6 @@ void ScoreTokenTile(const IndexerArgs& a, const DequantizedKeys& keys, uint32_t 
 }
 
 constexpr uint32_t kTokenTile = 16;
-
-// The keys a Reindex layer reads (its candidate pools only), dequantized
-// on first use: a pool is a few blocks, the context may be 100,000 keys.
-class LazyKeys {
- public:
-  explicit LazyKeys(const IndexerArgs& a) : a_(a), values_(a.seqs.size()), ready_(a.seqs.size()) {}
-
-  const float* Get(uint32_t sq, uint64_t j) {
-    if (values_[sq] == nullptr) {
-      values_[sq].reset(new float[a_.seqs[sq].count * kIndexerDim]);  // written before read
-      ready_[sq].assign(a_.seqs[sq].count, 0);
-    }
-    float* key = values_[sq].get() + j * kIndexerDim;
-    if (ready_[sq][j] == 0) {
-      DequantizeEntry(kIndexerKey, a_.seqs[sq].keys + j * kIndexerKey.Bytes(), key);
-      ready_[sq][j] = 1;
-    }
-    return key;
-  }
-
- private:
-  const IndexerArgs& a_;
-  std::vector<std::unique_ptr<float[]>> values_;
-  std::vector<std::vector<uint8_t>> ready_;
-};
 
 // The strict total order of the selection: a ranks before b.
 bool Before(const float* scores, int32_t a, int32_t b) {
@@ -224,19 +197,17 @@ void IndexerSelectFull(const IndexerArgs& a, const IndexerConfig& cfg, int32_t* 
                        int32_t* topk) {
   const DequantizedKeys keys(a);
   std::vector<float> tile_scores, pooled, pool_scores;
-  std::vector<int32_t> idx, blocks(cfg.candidate_blocks), pool;
+  uint64_t row_stride = 0;  // of the current tile's scores
+  std::vector<int32_t> idx, pool;
   for (uint32_t t = 0; t < a.tokens; ++t) {
     const uint64_t vis = a.visible[t];
     // Token t's scores: row t % kTokenTile of its tile's scores.
     const uint32_t t0 = t - t % kTokenTile;
-    uint64_t row_stride = 0;
-    for (uint32_t u = t0; u < std::min(a.tokens, t0 + kTokenTile); ++u) {
-      row_stride = std::max(row_stride, a.visible[u]);
-    }
     if (t == t0) {
+      const uint32_t t1 = std::min(a.tokens, t0 + kTokenTile);
+      row_stride = *std::max_element(a.visible + t0, a.visible + t1);
       tile_scores.resize(kTokenTile * row_stride);
-      ScoreTokenTile(a, keys, t0, std::min(a.tokens, t0 + kTokenTile), row_stride,
-                     tile_scores.data());
+      ScoreTokenTile(a, keys, t0, t1, row_stride, tile_scores.data());
     }
     const float* scores = tile_scores.data() + (t - t0) * row_stride;
     pooled.resize((vis + cfg.block - 1) / cfg.block);
@@ -262,7 +233,7 @@ void IndexerSelectFull(const IndexerArgs& a, const IndexerConfig& cfg, int32_t* 
 
 void IndexerReindex(const IndexerArgs& a, const IndexerConfig& cfg, const int32_t* candidates,
                     int32_t* topk) {
-  LazyKeys keys(a);
+  const DequantizedKeys keys(a);
   std::vector<float> pool_scores;
   std::vector<int32_t> idx, pool;
   for (uint32_t t = 0; t < a.tokens; ++t) {
@@ -277,7 +248,7 @@ void IndexerReindex(const IndexerArgs& a, const IndexerConfig& cfg, const int32_
       const uint64_t b = static_cast<uint64_t>(cand[c]);
       for (uint64_t j = b * cfg.block; j < std::min(vis, (b + 1) * cfg.block); ++j) {
         pool.push_back(static_cast<int32_t>(j));
-        pool_scores.push_back(Score(q, w, a.heads, keys.Get(sq, j)));
+        pool_scores.push_back(Score(q, w, a.heads, &keys.per_seq[sq][j * kIndexerDim]));
       }
     }
     int32_t* out = topk + size_t{t} * cfg.topk;

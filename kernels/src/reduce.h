@@ -26,10 +26,11 @@ inline float Dot(const float* a, const float* b, size_t n) {
 // Dot4: Dot(a, b + r * stride, n) for r = 0..3, bit for bit. Each result
 // gets the same per-lane multiply-then-add sequence and the same reduction
 // tree as Dot; the four share the loads of `a`, and their independent
-// dependency chains keep the adders busy. The body (all but n % 8 values)
-// fills acc[r][lane] = Dot's acc[lane]; one variant per instruction set.
+// dependency chains keep the adders busy. A body (all but n % 8 values)
+// fills acc[r][lane] = Dot's acc[lane]; FinishDot adds the tail and
+// reduces, as Dot does.
 
-// Any CPU: Dot's loop, four keys at a time.
+// Any CPU: Dot's loop, four rows of b at a time.
 inline void Dot4BodyPortable(const float* a, const float* b, size_t stride, size_t body,
                              float (*acc)[8]) {
   for (int r = 0; r < 4; ++r) {
@@ -43,70 +44,42 @@ inline void Dot4BodyPortable(const float* a, const float* b, size_t stride, size
 }
 
 #if defined(__x86_64__)
-// AVX: Dot's eight partial sums are exactly one register's lanes.
-// Written out per key: arrays of vectors indexed in a loop stay on the stack.
-__attribute__((target("avx"))) inline void Dot4BodyAvx(const float* a, const float* b,
-                                                       size_t stride, size_t body,
-                                                       float (*acc)[8]) {
-  const float *b0 = b, *b1 = b + stride, *b2 = b + 2 * stride, *b3 = b + 3 * stride;
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i < body; i += 8) {
-    const __m256 x = _mm256_loadu_ps(a + i);
-    s0 = _mm256_add_ps(s0, _mm256_mul_ps(x, _mm256_loadu_ps(b0 + i)));
-    s1 = _mm256_add_ps(s1, _mm256_mul_ps(x, _mm256_loadu_ps(b1 + i)));
-    s2 = _mm256_add_ps(s2, _mm256_mul_ps(x, _mm256_loadu_ps(b2 + i)));
-    s3 = _mm256_add_ps(s3, _mm256_mul_ps(x, _mm256_loadu_ps(b3 + i)));
-  }
-  _mm256_storeu_ps(acc[0], s0);
-  _mm256_storeu_ps(acc[1], s1);
-  _mm256_storeu_ps(acc[2], s2);
-  _mm256_storeu_ps(acc[3], s3);
-}
-
-// The whole of Dot4 for n % 8 == 0, reduced in registers: two rounds of
-// horizontal adds form each key's (l0+l1)+(l2+l3) and (l4+l5)+(l6+l7), and
-// the halves' sum is the last node of Dot's tree.
-__attribute__((target("avx"))) inline void Dot4Avx(const float* a, const float* b, size_t stride,
-                                                   size_t n, float* out) {
-  const float *b0 = b, *b1 = b + stride, *b2 = b + 2 * stride, *b3 = b + 3 * stride;
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i < n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(a + i);
-    s0 = _mm256_add_ps(s0, _mm256_mul_ps(x, _mm256_loadu_ps(b0 + i)));
-    s1 = _mm256_add_ps(s1, _mm256_mul_ps(x, _mm256_loadu_ps(b1 + i)));
-    s2 = _mm256_add_ps(s2, _mm256_mul_ps(x, _mm256_loadu_ps(b2 + i)));
-    s3 = _mm256_add_ps(s3, _mm256_mul_ps(x, _mm256_loadu_ps(b3 + i)));
-  }
-  const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
-  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1)));
-}
-
-// Dot4Avx for two rows of `a` at once: each key vector loaded feeds both.
-__attribute__((target("avx"))) inline void Dot2x4Avx(const float* a0, const float* a1,
-                                                     const float* b, size_t stride, size_t n,
-                                                     float* out0, float* out1) {
+// AVX: Dot's eight partial sums are exactly one register's lanes. One or
+// (kTwoRows) two rows of `a` against four rows of b: each loaded b vector
+// feeds both. Written out per row: arrays of vectors stay on the stack.
+template <bool kTwoRows>
+__attribute__((target("avx"))) inline void DotBodyAvx(const float* a0, const float* a1,
+                                                      const float* b, size_t stride, size_t body,
+                                                      float (*acc0)[8], float (*acc1)[8]) {
   const float *b0 = b, *b1 = b + stride, *b2 = b + 2 * stride, *b3 = b + 3 * stride;
   __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
   __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
-  for (size_t i = 0; i < n; i += 8) {
-    const __m256 x0 = _mm256_loadu_ps(a0 + i), x1 = _mm256_loadu_ps(a1 + i);
-    __m256 k = _mm256_loadu_ps(b0 + i);
-    s00 = _mm256_add_ps(s00, _mm256_mul_ps(x0, k));
-    s10 = _mm256_add_ps(s10, _mm256_mul_ps(x1, k));
-    k = _mm256_loadu_ps(b1 + i);
-    s01 = _mm256_add_ps(s01, _mm256_mul_ps(x0, k));
-    s11 = _mm256_add_ps(s11, _mm256_mul_ps(x1, k));
-    k = _mm256_loadu_ps(b2 + i);
-    s02 = _mm256_add_ps(s02, _mm256_mul_ps(x0, k));
-    s12 = _mm256_add_ps(s12, _mm256_mul_ps(x1, k));
-    k = _mm256_loadu_ps(b3 + i);
-    s03 = _mm256_add_ps(s03, _mm256_mul_ps(x0, k));
-    s13 = _mm256_add_ps(s13, _mm256_mul_ps(x1, k));
+  for (size_t i = 0; i < body; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(a0 + i);
+    const __m256 k0 = _mm256_loadu_ps(b0 + i), k1 = _mm256_loadu_ps(b1 + i),
+                 k2 = _mm256_loadu_ps(b2 + i), k3 = _mm256_loadu_ps(b3 + i);
+    s00 = _mm256_add_ps(s00, _mm256_mul_ps(x0, k0));
+    s01 = _mm256_add_ps(s01, _mm256_mul_ps(x0, k1));
+    s02 = _mm256_add_ps(s02, _mm256_mul_ps(x0, k2));
+    s03 = _mm256_add_ps(s03, _mm256_mul_ps(x0, k3));
+    if constexpr (kTwoRows) {
+      const __m256 x1 = _mm256_loadu_ps(a1 + i);
+      s10 = _mm256_add_ps(s10, _mm256_mul_ps(x1, k0));
+      s11 = _mm256_add_ps(s11, _mm256_mul_ps(x1, k1));
+      s12 = _mm256_add_ps(s12, _mm256_mul_ps(x1, k2));
+      s13 = _mm256_add_ps(s13, _mm256_mul_ps(x1, k3));
+    }
   }
-  const __m256 p0 = _mm256_hadd_ps(_mm256_hadd_ps(s00, s01), _mm256_hadd_ps(s02, s03));
-  const __m256 p1 = _mm256_hadd_ps(_mm256_hadd_ps(s10, s11), _mm256_hadd_ps(s12, s13));
-  _mm_storeu_ps(out0, _mm_add_ps(_mm256_castps256_ps128(p0), _mm256_extractf128_ps(p0, 1)));
-  _mm_storeu_ps(out1, _mm_add_ps(_mm256_castps256_ps128(p1), _mm256_extractf128_ps(p1, 1)));
+  _mm256_storeu_ps(acc0[0], s00);
+  _mm256_storeu_ps(acc0[1], s01);
+  _mm256_storeu_ps(acc0[2], s02);
+  _mm256_storeu_ps(acc0[3], s03);
+  if constexpr (kTwoRows) {
+    _mm256_storeu_ps(acc1[0], s10);
+    _mm256_storeu_ps(acc1[1], s11);
+    _mm256_storeu_ps(acc1[2], s12);
+    _mm256_storeu_ps(acc1[3], s13);
+  }
 }
 
 inline bool CpuHasAvx() {
@@ -115,22 +88,10 @@ inline bool CpuHasAvx() {
 }
 #endif
 
-inline void Dot4(const float* a, const float* b, size_t stride, size_t n, float* out) {
-  float acc[4][8];
+// The tail and the reduction tree of Dot, for four rows of b.
+inline void FinishDot(const float* a, const float* b, size_t stride, size_t n, float (*acc)[8],
+                      float* out) {
   const size_t body = n - n % 8;
-#if defined(__x86_64__)
-  if (body == n && CpuHasAvx()) {
-    Dot4Avx(a, b, stride, n, out);
-    return;
-  }
-  if (CpuHasAvx()) {
-    Dot4BodyAvx(a, b, stride, body, acc);
-  } else {
-    Dot4BodyPortable(a, b, stride, body, acc);
-  }
-#else
-  Dot4BodyPortable(a, b, stride, body, acc);
-#endif
   for (int r = 0; r < 4; ++r) {
     const float* br = b + r * stride;
     for (size_t j = 0; j < n % 8; ++j) acc[r][j] += a[body + j] * br[body + j];
@@ -139,12 +100,30 @@ inline void Dot4(const float* a, const float* b, size_t stride, size_t n, float*
   }
 }
 
+inline void Dot4(const float* a, const float* b, size_t stride, size_t n, float* out) {
+  float acc[4][8];
+  const size_t body = n - n % 8;
+#if defined(__x86_64__)
+  if (CpuHasAvx()) {
+    DotBodyAvx<false>(a, nullptr, b, stride, body, acc, nullptr);
+  } else {
+    Dot4BodyPortable(a, b, stride, body, acc);
+  }
+#else
+  Dot4BodyPortable(a, b, stride, body, acc);
+#endif
+  FinishDot(a, b, stride, n, acc, out);
+}
+
 // Dot4 of two rows a0 and a1 against the same four rows of b.
 inline void Dot2x4(const float* a0, const float* a1, const float* b, size_t stride, size_t n,
                    float* out0, float* out1) {
 #if defined(__x86_64__)
-  if (n % 8 == 0 && CpuHasAvx()) {
-    Dot2x4Avx(a0, a1, b, stride, n, out0, out1);
+  if (CpuHasAvx()) {
+    float acc0[4][8], acc1[4][8];
+    DotBodyAvx<true>(a0, a1, b, stride, n - n % 8, acc0, acc1);
+    FinishDot(a0, b, stride, n, acc0, out0);
+    FinishDot(a1, b, stride, n, acc1, out1);
     return;
   }
 #endif

@@ -244,4 +244,8 @@ struct CommitPayload {
   uint64_t checksum = 0;
 };
 
+// The blocks of a commit, each checked to carry the bytes it declares:
+// what every Store::Commit reserves.
+Result<std::vector<CommitBlock>> CommitBlocksOf(std::span<const CommitPayload> payloads);
+
 }  // namespace strata

@@ -197,16 +197,9 @@ class RemoteStore final : public NodeClient {
 
   Result<PublishResult> Commit(const ModelId& model,
                                std::span<const CommitPayload> payloads) override {
-    std::vector<CommitBlock> blocks;
-    blocks.reserve(payloads.size());
-    for (size_t i = 0; i < payloads.size(); ++i) {
-      if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
-        return InvalidArgument("block " + std::to_string(i) + ": carries " +
-                               std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
-                               std::to_string(payloads[i].block.payload_bytes));
-      }
-      blocks.push_back(payloads[i].block);
-    }
+    Result<std::vector<CommitBlock>> checked = CommitBlocksOf(payloads);
+    if (!checked.ok()) return checked.status();
+    const std::vector<CommitBlock>& blocks = *checked;
     v1::ReserveResponse resp;
     STRATA_RETURN_IF_ERROR(ReserveRpc(model, blocks, 0, &resp));
     if (resp.blocks_size() != static_cast<int>(payloads.size())) {

@@ -495,16 +495,9 @@ class ClusterStore final : public Store {
     if (payloads.empty() || payloads.size() > kMaxBlocksPerCall) {
       return InvalidArgument("commit needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
     }
-    std::vector<CommitBlock> blocks;
-    blocks.reserve(payloads.size());
-    for (size_t i = 0; i < payloads.size(); ++i) {
-      if (payloads[i].bytes.size() != payloads[i].block.payload_bytes) {
-        return InvalidArgument("block " + std::to_string(i) + ": carries " +
-                               std::to_string(payloads[i].bytes.size()) + " bytes, declares " +
-                               std::to_string(payloads[i].block.payload_bytes));
-      }
-      blocks.push_back(payloads[i].block);
-    }
+    Result<std::vector<CommitBlock>> checked = CommitBlocksOf(payloads);
+    if (!checked.ok()) return checked.status();
+    const std::vector<CommitBlock>& blocks = *checked;
     const std::shared_ptr<const View> view = Snapshot();
     std::vector<WritePart> parts;
     std::vector<std::vector<CommitBlock>> node_blocks;
