@@ -154,6 +154,7 @@ struct RawNode {
   RawWorker ucx;
   std::vector<std::byte> buffer;
   std::byte* base = nullptr;  // buffer, or the UCX-allocated region
+  bool eager_replies = false;
 };
 
 void RawReplySent(void* request, ucs_status_t /*status*/, void* user_data) {
@@ -175,7 +176,11 @@ ucs_status_t RawOnRequest(void* arg, const void* header, size_t header_length, v
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   p.cb.send = &RawReplySent;
   p.user_data = h;
-  p.flags = h->length >= 8192 ? UCP_AM_SEND_FLAG_RNDV : 0;
+  if (node->eager_replies) {
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+  } else if (h->length >= 8192) {
+    p.flags = UCP_AM_SEND_FLAG_RNDV;
+  }
   ucs_status_ptr_t r = ucp_am_send_nbx(param->reply_ep, kRawReply, h, sizeof(*h),
                                        node->base + h->offset, h->length, &p);
   if (r == nullptr || UCS_PTR_IS_ERR(r)) delete h;
@@ -184,6 +189,7 @@ ucs_status_t RawOnRequest(void* arg, const void* header, size_t header_length, v
 
 int ServeRaw(const RawUcxOptions& o, int up, int down) {
   RawNode node;
+  node.eager_replies = o.eager_replies;
   node.buffer.assign(o.blocks * o.block_bytes, std::byte{0x5a});
   Status st = InitRawWorker(&node.ucx, /*wakeup=*/true);
   if (!st.ok()) {

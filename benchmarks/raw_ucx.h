@@ -20,7 +20,7 @@ namespace strata::bench {
 
 enum class UcxFetchPattern : uint8_t {
   kRma,            // ucp_get_nbx from the node's registered buffer
-  kActiveMessage,  // request AM, node replies with a rendezvous AM from the buffer
+  kActiveMessage,  // request AM, node replies with an AM from the buffer
 };
 
 struct RawUcxOptions {
@@ -33,6 +33,9 @@ struct RawUcxOptions {
   // The node's buffer is allocated by UCX (DataPlaneServer::StartWithOwnRegion);
   // needed for native RMA over shm with UCX 1.13.
   bool ucx_allocated = false;
+  // kActiveMessage: the node replies eagerly (UCX streams fragments from the
+  // buffer) instead of by rendezvous; over TCP either may be faster.
+  bool eager_replies = false;
 };
 
 // GB/s (1e9 bytes per second) of raw UCX fetches.

@@ -30,10 +30,13 @@ namespace {
 constexpr uint64_t kGoodLease = 7;
 constexpr uint64_t kForbiddenLease = 8;  // PERMISSION_DENIED
 constexpr uint64_t kSlowLease = 9;       // authorized after kSlowAuthorizeMs
-constexpr int kSlowAuthorizeMs = 400;
 constexpr uint64_t kSession = 0x5e55;
 constexpr uint64_t kBlock = 227'840;  // one 256-token V4.1 block (DESIGN §8)
 constexpr size_t kArenaBytes = 8u << 20;
+// The last byte of the arena may not be read under any lease (no random
+// read of MakeReads starts there).
+constexpr uint64_t kForbiddenOffset = kArenaBytes - 1;
+constexpr int kSlowAuthorizeMs = 400;
 
 const char* const kTcp = "tcp";
 const char* const kShm = "posix,sysv,cma,self";
@@ -59,8 +62,9 @@ std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
   return out;
 }
 
-Status Authorize(uint64_t session, uint64_t lease, uint64_t, uint64_t) {
+Status Authorize(uint64_t session, uint64_t lease, uint64_t offset, uint64_t) {
   if (session != kSession) return PermissionDenied("unknown session");
+  if (offset == kForbiddenOffset) return PermissionDenied("range outside every entry");
   if (lease == kForbiddenLease) return PermissionDenied("lease belongs to another principal");
   if (lease == kSlowLease) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kSlowAuthorizeMs));
@@ -142,6 +146,20 @@ void ExpectReadMatches(const ReadPlan& plan, std::span<const std::byte> arena) {
   }
 }
 
+// Reads `ops`, expecting every one to succeed and be reported exactly once.
+void ReadAllOnce(DataPlaneClient& client, std::span<const DataPlaneClient::ReadOp> ops) {
+  std::vector<int> reported(ops.size(), 0);
+  Status st = client.Read(
+      ops,
+      [&](size_t i, const Status& s) {
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        ++reported[i];
+      },
+      In(kLongMs));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (int r : reported) EXPECT_EQ(r, 1);
+}
+
 void ExpectUntouched(const ReadPlan& plan) {
   for (const auto& buf : plan.buffers) {
     for (std::byte b : buf) ASSERT_EQ(b, std::byte{0xAB});
@@ -177,16 +195,7 @@ TEST_P(InProcess, ReadsRandomDataOfManySizes) {
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   EXPECT_EQ((*client)->mode(), GetParam().mode);
   ReadPlan plan = MakeReads(64, kGoodLease, 1);
-  std::vector<int> reported(plan.ops.size(), 0);
-  Status st = (*client)->Read(
-      plan.ops,
-      [&](size_t i, const Status& s) {
-        EXPECT_TRUE(s.ok()) << s.ToString();
-        ++reported[i];
-      },
-      In(kLongMs));
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  for (int r : reported) EXPECT_EQ(r, 1);
+  ReadAllOnce(**client, plan.ops);
   ExpectReadMatches(plan, node.arena);
   uint64_t total = 0;
   for (const auto& op : plan.ops) total += op.dest.size();
@@ -287,6 +296,113 @@ TEST_P(InProcess, RejectedRequestsReturnTheNodesStatusAndMoveNoBytes) {
   if (GetParam().mode == Mode::kActiveMessage) {
     EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
     EXPECT_EQ(results[1].code(), StatusCode::kPermissionDenied);
+  }
+}
+
+// Read ops of one to kMaxRangesPerRead ranges of assorted sizes.
+struct GatherPlan {
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<std::vector<DataPlaneClient::Range>> more;
+  std::vector<DataPlaneClient::ReadOp> ops;
+  uint64_t bytes = 0;
+  size_t ranges = 0;
+};
+GatherPlan MakeGatheredReads(size_t count, uint64_t seed) {
+  const uint64_t sizes[] = {76'000, 1, kBlock, 4095, 8192, 76'032, 100'003};
+  std::mt19937_64 rng(seed);
+  GatherPlan plan;
+  plan.buffers.reserve(count * DataPlaneClient::kMaxRangesPerRead);
+  plan.more.resize(count);
+  std::vector<std::pair<uint64_t, std::span<std::byte>>> first(count);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t n = 1 + i % DataPlaneClient::kMaxRangesPerRead;
+    for (size_t r = 0; r < n; ++r) {
+      const uint64_t size = sizes[(i + r) % std::size(sizes)];
+      const uint64_t offset = rng() % (kArenaBytes - size);
+      plan.buffers.emplace_back(size, std::byte{0xAB});
+      plan.bytes += size;
+      ++plan.ranges;
+      if (r == 0) {
+        first[i] = {offset, plan.buffers.back()};
+      } else {
+        plan.more[i].push_back({offset, plan.buffers.back()});
+      }
+    }
+    plan.ops.push_back({kGoodLease, first[i].first, first[i].second, plan.more[i]});
+  }
+  return plan;
+}
+
+void ExpectGatherMatches(const GatherPlan& plan, std::span<const std::byte> arena) {
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    const auto& op = plan.ops[i];
+    ASSERT_EQ(0, std::memcmp(op.dest.data(), arena.data() + op.offset, op.dest.size()))
+        << "op " << i;
+    for (size_t r = 0; r < op.more.size(); ++r) {
+      ASSERT_EQ(0, std::memcmp(op.more[r].dest.data(), arena.data() + op.more[r].offset,
+                               op.more[r].dest.size()))
+          << "op " << i << " range " << r + 1;
+    }
+  }
+}
+
+TEST_P(InProcess, GatheredReadsLandEveryRangeInItsOwnBuffer) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const uint64_t requests_before = node.server->stats().requests;
+  GatherPlan plan = MakeGatheredReads(24, 11);
+  ReadAllOnce(**client, plan.ops);
+  ExpectGatherMatches(plan, node.arena);
+  if (GetParam().mode == Mode::kActiveMessage) {
+    for (int i = 0; i < 5000 && node.server->stats().in_flight > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto stats = node.server->stats();
+    EXPECT_EQ(stats.bytes_sent, plan.bytes);
+    // Over TCP one request per op carries all its ranges; elsewhere each
+    // range is read on its own.
+    EXPECT_EQ(stats.requests - requests_before,
+              GetParam().tls == kTcp ? plan.ops.size() : plan.ranges);
+  }
+}
+
+TEST_P(InProcess, GatheredReadsRefuseBadRangesAndTheRestComplete) {
+  LocalNode node({}, GetParam().own_region);
+  ASSERT_NE(node.server, nullptr);
+  auto client = Connect(node);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  GatherPlan plan = MakeGatheredReads(4, 12);  // ops of 1, 2, 3 and 4 ranges
+  // Op 3: one range too many.
+  std::vector<std::byte> extra(100, std::byte{0xAB});
+  plan.more[3].push_back({0, extra});
+  plan.ops[3].more = plan.more[3];
+  // Op 2: its middle range is refused by the node.
+  std::vector<std::byte> last_byte(1, std::byte{0xAB});
+  const bool am = GetParam().mode == Mode::kActiveMessage;
+  if (am) plan.more[2][0] = {kForbiddenOffset, last_byte};
+  std::vector<Status> results(plan.ops.size());
+  Status st = (*client)->Read(
+      plan.ops, [&](size_t i, const Status& s) { results[i] = s; }, In(kLongMs));
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_TRUE(results[1].ok()) << results[1].ToString();
+  EXPECT_EQ(results[3].code(), StatusCode::kInvalidArgument) << results[3].ToString();
+  for (std::byte b : extra) ASSERT_EQ(b, std::byte{0xAB});
+  for (const auto& r : plan.more[3]) {
+    for (std::byte b : r.dest) ASSERT_EQ(b, std::byte{0xAB});
+  }
+  if (am) {
+    EXPECT_EQ(results[2].code(), StatusCode::kPermissionDenied) << results[2].ToString();
+    EXPECT_EQ(last_byte[0], std::byte{0xAB});
+    if (GetParam().tls == kTcp) {
+      // One reply or none: no range of the refused op moved.
+      for (std::byte b : plan.ops[2].dest) ASSERT_EQ(b, std::byte{0xAB});
+      for (std::byte b : plan.more[2][1].dest) ASSERT_EQ(b, std::byte{0xAB});
+    }
+  } else {
+    EXPECT_TRUE(results[2].ok()) << results[2].ToString();
   }
 }
 

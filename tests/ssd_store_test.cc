@@ -101,6 +101,34 @@ class SsdStoreTest : public ::testing::Test {
     }
     return store_->Fetch(who_, req).Wait();
   }
+  // Flips one byte of an entry's body in the SSD data file (store closed).
+  void CorruptOnSsd(const ChainKey& key) {
+    auto tier = SsdTier::Open(*Options().ssd).value();
+    const SsdEntryMeta meta = *tier->Lookup({who_.ns, TestModel(), key, StateKind::kGlobalKv});
+    const std::string path = tier->DataFilePathForTesting(meta.file);
+    tier.reset();
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, static_cast<long>(meta.offset + meta.payload_bytes - 3), SEEK_SET);
+    const int c = std::fgetc(f);
+    std::fseek(f, static_cast<long>(meta.offset + meta.payload_bytes - 3), SEEK_SET);
+    std::fputc(c ^ 0x01, f);
+    std::fclose(f);
+  }
+  // A leased match by keys that promotes SSD-only blocks (what a node runs
+  // for a remote caller).
+  MatchResult MatchKeysPromoting(std::span<const ChainKey> keys, bool independent = false) {
+    MatchKeysRequest req;
+    req.model_id = TestModel();
+    req.root = ChainKeys::Root({who_.ns, TestModel(), ""});
+    req.keys = keys;
+    req.block_tokens = kTinyBlockTokens;
+    req.want_swa = false;
+    req.take_lease = true;
+    req.promote_ssd = true;
+    req.independent_keys = independent;
+    return store_->MatchKeys(who_, req).value();
+  }
   void ExpectInvariants() {
     Status st = store_->CheckInvariantsForTesting();
     EXPECT_TRUE(st.ok()) << st.ToString();
@@ -203,23 +231,7 @@ TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
   Commit(tokens);
   store_->FlushWriteBack();
   store_.reset();
-  {
-    // Flip one byte in every written extent's body; the data file holds
-    // nothing else.
-    SsdTierOptions o = *Options().ssd;
-    auto tier = SsdTier::Open(o).value();
-    const std::vector<ChainKey> keys = Keys(tokens);
-    const SsdEntryMeta meta = *tier->Lookup({who_.ns, TestModel(), keys[2], StateKind::kGlobalKv});
-    const std::string path = tier->DataFilePathForTesting(meta.file);
-    tier.reset();
-    FILE* f = std::fopen(path.c_str(), "r+b");
-    ASSERT_NE(f, nullptr);
-    std::fseek(f, static_cast<long>(meta.offset + meta.payload_bytes - 3), SEEK_SET);
-    const int c = std::fgetc(f);
-    std::fseek(f, static_cast<long>(meta.offset + meta.payload_bytes - 3), SEEK_SET);
-    std::fputc(c ^ 0x01, f);
-    std::fclose(f);
-  }
+  CorruptOnSsd(Keys(tokens)[2]);
   Open();
   MatchResult m = Match(tokens);
   ASSERT_EQ(m.blocks.size(), 4u);
@@ -230,6 +242,54 @@ TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
   EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
   m = Match(tokens);
   EXPECT_EQ(m.blocks.size(), 2u);  // dropped: a miss from now on
+  ExpectInvariants();
+}
+
+// A cold leased match reads a run of SSD-only blocks as one batch and
+// publishes them in order; the first block that fails ends the prefix, and
+// the blocks after it are not leased.
+TEST_F(SsdStoreTest, ColdLeasedMatchPromotesRunsAndEndsAtABadBlock) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(12 * kTinyBlockTokens, 6);
+  const std::vector<testing::Payload> payloads = Commit(tokens);
+  store_->FlushWriteBack();
+  const std::vector<ChainKey> keys = Keys(tokens);
+  store_.reset();
+  CorruptOnSsd(keys[9]);
+  Open();
+  // Blocks 4 and 5 promoted on their own first: the full match then sees
+  // SSD 0-3, DRAM 4-5, SSD 6-11.
+  {
+    const MatchResult m = MatchKeysPromoting(std::span(keys).subspan(4, 2), true);
+    ASSERT_EQ(m.blocks.size(), 2u);
+    ASSERT_TRUE(store_->Abort(who_, m.lease).ok());
+  }
+  const MatchResult m = MatchKeysPromoting(keys);
+  ASSERT_EQ(m.blocks.size(), 9u);  // ends before the corrupt block 9
+  for (size_t b = 0; b < 9; ++b) {
+    EXPECT_EQ(m.blocks[b].key, keys[b]) << b;
+    EXPECT_EQ(m.blocks[b].tier, Tier::kDram) << b;
+  }
+  EXPECT_NE(m.lease, 0u);
+  EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
+  std::vector<std::vector<std::byte>> out;
+  FetchOutcome f = Fetch(m, &out);
+  ASSERT_TRUE(f.status.ok()) << f.status.ToString();
+  ASSERT_EQ(f.blocks_ready, 9u);
+  for (size_t b = 0; b < 9; ++b) EXPECT_EQ(out[b], payloads[b].bytes) << b;
+  // Promoted with their parents: the chain is linked again.
+  auto info = store_->Inspect(who_, keys[2], StateKind::kGlobalKv);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->has_parent);
+  EXPECT_EQ(info->children, 1u);
+  EXPECT_EQ(info->live_leases, 1u);
+  // Blocks past the bad one were read with the run but are not leased.
+  info = store_->Inspect(who_, keys[10], StateKind::kGlobalKv);
+  if (info.ok()) {
+    EXPECT_EQ(info->live_leases, 0u);
+  }
+  ASSERT_TRUE(store_->Abort(who_, m.lease).ok());
+  EXPECT_EQ(store_->Stats().read_leases, 0u);
   ExpectInvariants();
 }
 

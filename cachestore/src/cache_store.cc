@@ -36,6 +36,9 @@ constexpr size_t kMaxVictimScan = 4096;
 // How many boundaries below the hit run match looks for SWA state. Bounded
 // replay makes a far-back state worth little next to replaying W tokens.
 constexpr uint32_t kSwaSearchBoundaries = 16;
+// SSD entries promoted into DRAM per read batch: enough to keep the SSD's
+// queue full, few enough that one batch's DRAM stays small.
+constexpr size_t kPromoteBatch = 64;
 
 bool RoleAllows(const Principal& p, Role needed) {
   return static_cast<uint8_t>(p.role) >= static_cast<uint8_t>(needed);
@@ -242,6 +245,13 @@ struct CacheStore::Impl {
     for (const EntryRef& ref : pinned) Unpin(ref, /*lease=*/false);
   }
 
+  // Whether a committed, unexpired entry is under `k` now (no pin).
+  bool InDram(const EntryKey& k, Nanos now) const {
+    const Shard& shard = ShardFor(k);
+    std::shared_lock lock(shard.mu);
+    return FindVisibleLocked(shard, k, now) != nullptr;
+  }
+
   // A committed entry under `k`, pinned as a reader; none if absent.
   EntryRef PinReader(const EntryKey& k, Nanos now) {
     Shard& shard = ShardFor(k);
@@ -256,88 +266,175 @@ struct CacheStore::Impl {
   // (one read shared by every concurrent caller). NOT_FOUND on a miss.
   Result<EntryRef> PinOrPromote(const EntryKey& k, const ModelId& model,
                                 const std::optional<ChainKey>& parent, Nanos now) {
-    if (EntryRef ref = PinReader(k, now); ref.entry != nullptr) return ref;
-    if (!SsdAdmits(k.kind)) return NotFound("not stored");
-    std::shared_ptr<Promotion> p;
-    bool leader = false;
-    {
-      std::lock_guard lock(promo_mu);
-      auto [it, inserted] = promotions.try_emplace(k);
-      if (inserted) it->second = std::make_shared<Promotion>();
-      p = it->second;
-      leader = inserted;
-    }
-    if (!leader) {
-      std::unique_lock lock(p->mu);
-      p->cv.wait(lock, [&] { return p->done; });
-      if (!p->status.ok()) return p->status;
-      lock.unlock();
-      if (EntryRef ref = PinReader(k, now); ref.entry != nullptr) return ref;
-      return NotFound("promoted entry was evicted before it could be read");
-    }
-    Result<EntryRef> result = Promote(k, model, parent, now);
-    {
-      std::lock_guard lock(p->mu);
-      p->done = true;
-      p->status = result.ok() ? Status::Ok() : result.status();
-    }
-    p->cv.notify_all();
-    {
-      std::lock_guard lock(promo_mu);
-      promotions.erase(k);
-    }
-    return result;
+    return std::move(PinOrPromoteMany({&k, 1}, {&parent, 1}, model, now).front());
   }
 
-  // Reads an SSD entry into a fresh DRAM entry (reserved, so invisible while
-  // the bytes arrive), then publishes it pinned for the caller.
-  Result<EntryRef> Promote(const EntryKey& k, const ModelId& model,
-                           const std::optional<ChainKey>& parent, Nanos now) {
-    const SsdKey key{NamespaceName(k.ns), model, k.chain, k.kind};
-    const std::optional<SsdEntryMeta> meta = ssd->Lookup(key);
+  // PinOrPromote for several entries (parents[i]: the chain parent of
+  // keys[i], linked when in DRAM). The SSD-only ones are read in batches
+  // (one io_uring submission each) rather than one after another, and
+  // published in order, so a block promoted with its parent links to it.
+  std::vector<Result<EntryRef>> PinOrPromoteMany(std::span<const EntryKey> keys,
+                                                 std::span<const std::optional<ChainKey>> parents,
+                                                 const ModelId& model, Nanos now) {
+    std::vector<Result<EntryRef>> results(keys.size(), NotFound("not stored"));
+    std::vector<size_t> lead;  // promotions this call runs
+    std::vector<std::shared_ptr<Promotion>> promos(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (EntryRef ref = PinReader(keys[i], now); ref.entry != nullptr) {
+        results[i] = ref;
+        continue;
+      }
+      if (!SsdAdmits(keys[i].kind)) continue;
+      std::lock_guard lock(promo_mu);
+      auto [it, inserted] = promotions.try_emplace(keys[i]);
+      if (inserted) {
+        it->second = std::make_shared<Promotion>();
+        lead.push_back(i);
+      }
+      promos[i] = it->second;
+    }
+    for (size_t first = 0; first < lead.size(); first += kPromoteBatch) {
+      const size_t last = std::min(lead.size(), first + kPromoteBatch);
+      PromoteBatch(keys, parents, model, now, std::span(lead).subspan(first, last - first),
+                   results);
+    }
+    for (size_t i : lead) {
+      Promotion& p = *promos[i];
+      {
+        std::lock_guard lock(p.mu);
+        p.done = true;
+        p.status = results[i].ok() ? Status::Ok() : results[i].status();
+      }
+      p.cv.notify_all();
+      std::lock_guard lock(promo_mu);
+      promotions.erase(keys[i]);
+    }
+    // Entries another caller was promoting: wait for that read.
+    size_t next_lead = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (promos[i] == nullptr) continue;
+      if (next_lead < lead.size() && lead[next_lead] == i) {
+        ++next_lead;
+        continue;
+      }
+      Promotion& p = *promos[i];
+      std::unique_lock lock(p.mu);
+      p.cv.wait(lock, [&] { return p.done; });
+      if (!p.status.ok()) {
+        results[i] = p.status;
+        continue;
+      }
+      lock.unlock();
+      EntryRef ref = PinReader(keys[i], now);
+      results[i] = ref.entry != nullptr
+                       ? Result<EntryRef>(ref)
+                       : NotFound("promoted entry was evicted before it could be read");
+    }
+    return results;
+  }
+
+  // Pins (promoting from the SSD tier where needed) the global KV entries of
+  // match.blocks[b] for b in `which`; each block's chain parent is the
+  // block before it.
+  std::vector<Result<EntryRef>> PromoteBlocks(uint32_t ns, const MatchResult& match,
+                                              std::span<const size_t> which, Nanos now) {
+    std::vector<EntryKey> keys;
+    std::vector<std::optional<ChainKey>> parents;
+    for (size_t b : which) {
+      keys.push_back({ns, StateKind::kGlobalKv, match.blocks[b].key});
+      parents.push_back(b > 0 ? std::optional<ChainKey>(match.blocks[b - 1].key) : std::nullopt);
+    }
+    return PinOrPromoteMany(keys, parents, match.model_id, now);
+  }
+
+  // Promotes keys[i] for i in `which` (in order): reserves a DRAM entry for
+  // each, reads them all in one SSD batch, then publishes them pinned for
+  // the caller. Results go to results[i].
+  void PromoteBatch(std::span<const EntryKey> keys,
+                    std::span<const std::optional<ChainKey>> parents, const ModelId& model,
+                    Nanos now, std::span<const size_t> which,
+                    std::vector<Result<EntryRef>>& results) {
+    std::vector<Entry*> staged(which.size(), nullptr);
+    std::vector<SsdRead> reads;
+    std::vector<size_t> read_of(which.size(), SIZE_MAX);
+    for (size_t w = 0; w < which.size(); ++w) {
+      Result<Entry*> e = Stage(keys[which[w]], model, now);
+      if (!e.ok()) {
+        results[which[w]] = e.status();
+        continue;
+      }
+      if (*e == nullptr) {  // committed meanwhile: serve the DRAM copy
+        EntryRef ref = PinReader(keys[which[w]], now);
+        if (ref.entry == nullptr) {
+          results[which[w]] = NotFound("entry is being committed");
+        } else {
+          results[which[w]] = ref;
+        }
+        continue;
+      }
+      staged[w] = *e;
+      read_of[w] = reads.size();
+      // The whole granule-rounded extent: with 4 KiB granules it is read
+      // into directly (O_DIRECT), no bounce copy.
+      reads.push_back(
+          {SsdKeyOf(keys[which[w]], model), arena->Bytes((*e)->extent, (*e)->extent.length)});
+    }
+    const std::vector<Status> read = reads.empty() ? std::vector<Status>() : ssd->ReadBatch(reads);
+    for (size_t w = 0; w < which.size(); ++w) {
+      if (staged[w] == nullptr) continue;
+      const size_t i = which[w];
+      results[i] = Publish(staged[w], read[read_of[w]], parents[i], now);
+    }
+  }
+
+  SsdKey SsdKeyOf(const EntryKey& k, const ModelId& model) const {
+    return {NamespaceName(k.ns), model, k.chain, k.kind};
+  }
+
+  // Reserves a DRAM entry for an SSD entry (invisible while its bytes
+  // arrive). nullptr: the key is in DRAM already (committed meanwhile).
+  Result<Entry*> Stage(const EntryKey& k, const ModelId& model, Nanos now) {
+    const std::optional<SsdEntryMeta> meta = ssd->Lookup(SsdKeyOf(k, model));
     if (!meta.has_value()) return NotFound("not stored");
     const Layout* layout = FindLayout(meta->layout_id);
     if (layout == nullptr || layout->kind != k.kind ||
         layout->PayloadBytes() != meta->payload_bytes) {
       return NotFound("SSD entry has an unknown layout " + std::to_string(meta->layout_id));
     }
-    Entry* e = nullptr;
+    std::lock_guard lock(structure_mu);
+    Shard& shard = ShardFor(k);
     {
-      std::lock_guard lock(structure_mu);
-      Shard& shard = ShardFor(k);
-      {
-        std::shared_lock slock(shard.mu);
-        if (shard.map.count(k) != 0) {
-          slock.unlock();
-          // Committed meanwhile (or being committed): serve the DRAM copy.
-          if (EntryRef ref = PinReader(k, now); ref.entry != nullptr) return ref;
-          return NotFound("entry is being committed");
-        }
-      }
-      std::optional<Extent> extent = AllocateLocked(meta->payload_bytes, now);
-      if (!extent.has_value()) {
-        return ResourceExhausted("no room in the DRAM tier to promote an SSD entry");
-      }
-      e = pool.Acquire();
-      e->key = k;
-      e->model_id = model;
-      e->layout_id = meta->layout_id;
-      e->payload_bytes = meta->payload_bytes;
-      e->checksum = meta->entry_checksum;
-      e->extent = *extent;
-      e->state.store(EntryState::kReserved);
-      {
-        std::unique_lock slock(shard.mu);
-        shard.map.emplace(k, e);
-      }
-      ++reserved_entries;
-      reserved_bytes += e->extent.length;
-      payload_bytes.fetch_add(e->payload_bytes);
-      m.used_bytes->Set(static_cast<int64_t>(arena->used_bytes()));
+      std::shared_lock slock(shard.mu);
+      if (shard.map.count(k) != 0) return nullptr;
     }
-    // The whole granule-rounded extent: with 4 KiB granules it is read into
-    // directly (O_DIRECT), no bounce copy.
-    const Status read = ssd->Read({key, arena->Bytes(e->extent, e->extent.length)});
+    std::optional<Extent> extent = AllocateLocked(meta->payload_bytes, now);
+    if (!extent.has_value()) {
+      return ResourceExhausted("no room in the DRAM tier to promote an SSD entry");
+    }
+    Entry* e = pool.Acquire();
+    e->key = k;
+    e->model_id = model;
+    e->layout_id = meta->layout_id;
+    e->payload_bytes = meta->payload_bytes;
+    e->checksum = meta->entry_checksum;
+    e->extent = *extent;
+    e->state.store(EntryState::kReserved);
+    {
+      std::unique_lock slock(shard.mu);
+      shard.map.emplace(k, e);
+    }
+    ++reserved_entries;
+    reserved_bytes += e->extent.length;
+    payload_bytes.fetch_add(e->payload_bytes);
+    m.used_bytes->Set(static_cast<int64_t>(arena->used_bytes()));
+    return e;
+  }
+
+  // Publishes a staged entry once its read finished (`read`), pinned as a
+  // reader for the caller; erases it when the read failed.
+  Result<EntryRef> Publish(Entry* e, const Status& read, const std::optional<ChainKey>& parent,
+                           Nanos now) {
+    const EntryKey& k = e->key;
     std::lock_guard lock(structure_mu);
     if (!read.ok()) {
       EraseLocked(e);
@@ -865,15 +962,32 @@ class CacheStore::PrefixLookup {
     }
   }
 
+  // Promote SSD-only blocks of a run together (see Visit) rather than one
+  // synchronous read each. Not with independent keys, where a block that
+  // fails to promote leaves a hole instead of ending the prefix.
+  void BatchPromotions() { batch_ = promote_; }
+
   // Looks up the next block; false (stop) on a miss.
   bool Visit(const ChainKey& key) {
-    if (!ns_.has_value()) return false;  // a namespace that never stored anything
+    if (!ns_.has_value() || stopped_) return false;  // a namespace that never stored anything
     const EntryKey k{*ns_, StateKind::kGlobalKv, key};
+    // A DRAM block after a run of SSD-only ones: promote the run first, so
+    // pins and the prefix stay in order.
+    if (!deferred_.empty() && s_.InDram(k, start_) && !Flush()) return false;
     Entry* e = Pin(k);
     // The parent is the key just before this one, if that one hit (with
     // independent keys an earlier miss breaks the chain).
     const std::optional<ChainKey> parent = previous_hit_;
     previous_hit_.reset();
+    if (e == nullptr && batch_) {
+      if (!s_.SsdAdmits(k.kind) || !s_.ssd->Contains(s_.SsdKeyOf(k, result_.model_id))) {
+        return false;
+      }
+      deferred_.push_back({k, parent, result_.blocks.size()});
+      result_.blocks.push_back({key, Tier::kSsd, 0, 0, 0, 0});  // filled by Flush
+      previous_hit_ = key;
+      return true;
+    }
     if (e == nullptr && promote_) {
       e = PromoteAndPin(k, parent);
       if (e == nullptr) return false;
@@ -892,8 +1006,40 @@ class CacheStore::PrefixLookup {
     return true;
   }
 
+  // Promotes the deferred SSD-only blocks in one go and pins them. The
+  // first that fails ends the prefix there; false if one did.
+  bool Flush() {
+    if (deferred_.empty()) return !stopped_;
+    std::vector<EntryKey> keys;
+    std::vector<std::optional<ChainKey>> parents;
+    for (const Deferred& d : deferred_) {
+      keys.push_back(d.key);
+      parents.push_back(d.parent);
+    }
+    std::vector<Result<EntryRef>> promoted =
+        s_.PinOrPromoteMany(keys, parents, result_.model_id, start_);
+    for (size_t i = 0; i < deferred_.size(); ++i) {
+      Entry* e = nullptr;
+      if (promoted[i].ok()) {
+        if (!stopped_) e = Pin(deferred_[i].key);
+        s_.Unpin(*promoted[i], /*lease=*/false);  // the lease's pin holds it now
+      }
+      if (stopped_) continue;
+      if (e == nullptr) {
+        result_.blocks.resize(deferred_[i].index);
+        stopped_ = true;
+        continue;
+      }
+      result_.blocks[deferred_[i].index] = {deferred_[i].key.chain, Tier::kDram, e->layout_id,
+                                            e->payload_bytes,       e->checksum, e->extent.offset};
+    }
+    deferred_.clear();
+    return !stopped_;
+  }
+
   // The deepest SWA state at or below the hit run.
   void FindSwa() {
+    Flush();
     const uint32_t hit = static_cast<uint32_t>(result_.blocks.size());
     const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
     for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
@@ -927,6 +1073,7 @@ class CacheStore::PrefixLookup {
   }
 
   MatchResult Finish(const ChainKey& root, uint64_t prompt_tokens) {
+    Flush();
     result_.prefix_key = result_.blocks.empty() ? root : result_.blocks.back().key;
     if (!hits_.empty()) {
       // Touch root-last so ancestors stay younger than descendants (the SWA
@@ -1001,6 +1148,15 @@ class CacheStore::PrefixLookup {
   const std::string ns_name_;
   const bool lease_;
   const bool promote_;
+  bool batch_ = false;    // see BatchPromotions
+  bool stopped_ = false;  // a deferred promotion failed: the prefix ends there
+  // SSD-only blocks waiting for Flush, and their places in result_.blocks.
+  struct Deferred {
+    EntryKey key;
+    std::optional<ChainKey> parent;
+    size_t index;
+  };
+  std::vector<Deferred> deferred_;
   std::optional<ChainKey> previous_hit_;  // the last visited key, if it hit
   const Nanos lease_ttl_;
   const Nanos start_;
@@ -1038,6 +1194,7 @@ Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKe
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
                       static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl,
                       req.promote_ssd);
+  if (!req.independent_keys) lookup.BatchPromotions();
   for (const ChainKey& key : req.keys) {
     if (!lookup.Visit(key) && !req.independent_keys) break;
   }
@@ -1103,23 +1260,37 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
       // and promote the SSD-only ones in between.
       std::vector<EntryRef> leased = std::move(pinned);
       pinned.clear();
+      std::vector<std::optional<EntryRef>> slots(n);
+      std::vector<size_t> missing;
       size_t j = 0;
       for (size_t b = 0; b < n; ++b) {
         if (j < leased.size() && leased[j].entry->key.chain == match.blocks[b].key) {
-          pinned.push_back(leased[j++]);
-          continue;
+          slots[b] = leased[j++];
+        } else {
+          missing.push_back(b);
         }
-        Result<EntryRef> ref = s.PinOrPromote(
-            {*ns, StateKind::kGlobalKv, match.blocks[b].key}, match.model_id,
-            b > 0 ? std::optional<ChainKey>(match.blocks[b - 1].key) : std::nullopt, start);
-        if (!ref.ok()) {
-          pin_status = NotFound("block " + std::to_string(b) +
-                                " is no longer stored: " + ref.status().message());
-          break;
-        }
-        pinned.push_back(*ref);
       }
       for (; j < leased.size(); ++j) s.Unpin(leased[j], /*lease=*/false);
+      std::vector<Result<EntryRef>> promoted = s.PromoteBlocks(*ns, match, missing, start);
+      for (size_t b = 0, m = 0; b < n; ++b) {
+        if (!slots[b].has_value()) {
+          Result<EntryRef>& ref = promoted[m++];
+          if (!ref.ok()) {
+            if (pin_status.ok()) {
+              pin_status = NotFound("block " + std::to_string(b) +
+                                    " is no longer stored: " + ref.status().message());
+            }
+            continue;
+          }
+          slots[b] = *ref;
+        }
+        // Past the first gap nothing is served: drop the pins.
+        if (pin_status.ok()) {
+          pinned.push_back(*slots[b]);
+        } else {
+          s.Unpin(*slots[b], /*lease=*/false);
+        }
+      }
       if (want_swa && swa_ref.entry == nullptr) {
         Result<EntryRef> ref = s.PinOrPromote({*ns, StateKind::kSwaState, match.swa->entry.key},
                                               match.model_id, std::nullopt, start);
@@ -1130,27 +1301,36 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     auto pin = [&](StateKind kind, const ChainKey& key) -> EntryRef {
       const EntryKey k{*ns, kind, key};
       if (s.ssd != nullptr) {
-        // The previous block, promoted just before, becomes the parent.
-        std::optional<ChainKey> parent;
-        if (kind == StateKind::kGlobalKv && !pinned.empty())
-          parent = pinned.back().entry->key.chain;
-        Result<EntryRef> ref = s.PinOrPromote(k, match.model_id, parent, start);
+        Result<EntryRef> ref = s.PinOrPromote(k, match.model_id, std::nullopt, start);
         return ref.ok() ? *ref : EntryRef{};
       }
-      Impl::Shard& shard = s.ShardFor(k);
-      std::shared_lock lock(shard.mu);
-      Entry* e = s.FindVisibleLocked(shard, k, start);
-      if (e == nullptr) return {};
-      e->readers.fetch_add(1);
-      return {e, e->generation};
+      return s.PinReader(k, start);
     };
-    for (size_t b = 0; b < n; ++b) {
-      EntryRef ref = pin(StateKind::kGlobalKv, match.blocks[b].key);
-      if (ref.entry == nullptr) {
-        pin_status = NotFound("block " + std::to_string(b) + " is no longer stored");
-        break;
+    if (s.ssd == nullptr) {
+      for (size_t b = 0; b < n; ++b) {
+        EntryRef ref = s.PinReader({*ns, StateKind::kGlobalKv, match.blocks[b].key}, start);
+        if (ref.entry == nullptr) {
+          pin_status = NotFound("block " + std::to_string(b) + " is no longer stored");
+          break;
+        }
+        pinned.push_back(ref);
       }
-      pinned.push_back(ref);
+    } else {
+      // The SSD-only blocks are read together.
+      std::vector<size_t> all(n);
+      for (size_t b = 0; b < n; ++b) all[b] = b;
+      std::vector<Result<EntryRef>> refs = s.PromoteBlocks(*ns, match, all, start);
+      for (size_t b = 0; b < n; ++b) {
+        if (!refs[b].ok()) {
+          if (pin_status.ok()) {
+            pin_status = NotFound("block " + std::to_string(b) + " is no longer stored");
+          }
+        } else if (pin_status.ok()) {
+          pinned.push_back(*refs[b]);
+        } else {
+          s.Unpin(*refs[b], /*lease=*/false);  // past the first gap
+        }
+      }
     }
     if (want_swa) swa_ref = pin(StateKind::kSwaState, match.swa->entry.key);
   }

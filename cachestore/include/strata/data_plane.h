@@ -9,10 +9,14 @@
 //    (ServerOptions::mode != kActiveMessage): the rkey covers the whole arena,
 //    so RMA clients are trusted with arena-wide read access.
 //  - Reads, kActiveMessage: the client sends a small request {session, lease,
-//    op id, offset, length}; the node checks Access::authorize_read and
-//    replies with an active message whose data pointer is the arena itself
-//    (rendezvous from 8 KiB up, so the node copies nothing); the client
-//    receives it straight into the caller's buffer.
+//    op id, offset, length} (over TCP, a list of ranges: ReadOp::more); the
+//    node checks Access::authorize_read for each range and replies with one
+//    active message whose data is the arena itself (an iov over the ranges),
+//    so the node copies nothing: by rendezvous from 8 KiB up on shared
+//    memory and RDMA (the client receives straight into the caller's
+//    buffer), eagerly over TCP (UCX streams fragments from the arena, the
+//    client copies them out: a rendezvous handshake per reply halves TCP
+//    throughput for layer-group-sized pieces).
 //  - Writes always use active messages: the node checks authorize_write,
 //    receives the data straight into the arena at `offset`, calls
 //    on_write_done and acks.
@@ -170,11 +174,27 @@ class DataPlaneClient {
   DataPlaneClient(const DataPlaneClient&) = delete;
   DataPlaneClient& operator=(const DataPlaneClient&) = delete;
 
+  // A range of a read op beyond its first.
+  struct Range {
+    uint64_t offset;  // from region_base
+    std::span<std::byte> dest;
+  };
   struct ReadOp {
     uint64_t lease;
     uint64_t offset;  // from region_base
     std::span<std::byte> dest;
+    // More ranges under the same lease that complete with this op. Over
+    // TCP one request and one reply carry them all: a message there costs
+    // as much as tens of KB of payload, so a reader that wants small
+    // pieces in a set order (layer group g of every block first) gathers
+    // them rather than sending one message each. Elsewhere (RMA, shared
+    // memory, RDMA) each range travels on its own. At most
+    // kMaxRangesPerRead ranges in all.
+    std::span<const Range> more = {};
   };
+  // UCX sends this many arena ranges in one TCP message without packing
+  // them (tcp's am_zcopy takes 6 iov entries; UCX keeps some for itself).
+  static constexpr size_t kMaxRangesPerRead = 4;
   struct WriteOp {
     uint64_t lease;
     uint64_t offset;  // from region_base

@@ -30,6 +30,9 @@ namespace strata {
 namespace {
 
 constexpr size_t kMaxTrackedLeases = 4096;
+// Largest read reply FetchInto asks for: big enough that per-message costs
+// vanish over TCP, small enough that layer groups still arrive in order.
+constexpr uint64_t kGatherBytes = 1 << 20;
 
 // One fetched payload, verified piece by piece as its pieces land: the
 // header against the entry checksum, then each layer group against the
@@ -601,12 +604,17 @@ class RemoteStore final : public NodeClient {
     const bool swa_ok = want_swa && SwaLeased(match, leased);
 
     std::vector<PayloadCheck> checks(covered + (swa_ok ? 1 : 0));
-    std::vector<dataplane::DataPlaneClient::ReadOp> ops;
+    using ReadOp = dataplane::DataPlaneClient::ReadOp;
+    using Range = dataplane::DataPlaneClient::Range;
+    std::vector<ReadOp> ops;
+    // An op reads piece `group` of payloads members[first, first + count).
     struct Piece {
-      size_t payload;
+      size_t first;
+      size_t count;
       int group;  // -1: the whole payload (header and all groups)
     };
     std::vector<Piece> pieces;
+    std::vector<size_t> members;  // payload indexes, grouped by piece
     for (size_t b = 0; b < covered; ++b) {
       const BlockMatch& bm = leased.blocks[b];
       checks[b] = {req.block_buffers[b].first(bm.payload_bytes), bm.checksum, {}, {}};
@@ -633,20 +641,43 @@ class RemoteStore final : public NodeClient {
       }
       max_groups = std::max(max_groups, plan[b].size());
     }
+    // The same piece of several blocks travels as one op (one request and
+    // one reply over TCP, where a message per ~76 KB piece costs a third of
+    // the bandwidth).
+    std::vector<Range> ranges;
     for (size_t g = 0; g < max_groups; ++g) {
-      for (size_t b = 0; b < covered; ++b) {
-        if (g >= plan[b].size()) continue;
+      Piece piece{members.size(), 0, 0};
+      uint64_t bytes = 0;
+      for (size_t b = 0; b <= covered; ++b) {
+        const bool more = b < covered && g < plan[b].size();
+        const int kind = more && plan[b].size() > 1 ? static_cast<int>(g) : -1;
+        if (piece.count > 0 &&
+            (!more || kind != piece.group || bytes + plan[b][g].second > kGatherBytes ||
+             piece.count == dataplane::DataPlaneClient::kMaxRangesPerRead)) {
+          pieces.push_back(piece);
+          piece = {members.size(), 0, 0};
+          bytes = 0;
+        }
+        if (!more) continue;
         const auto [off, len] = plan[b][g];
-        ops.push_back(
-            {leased.lease, leased.blocks[b].location + off, checks[b].bytes.subspan(off, len)});
-        pieces.push_back({b, plan[b].size() == 1 ? -1 : static_cast<int>(g)});
+        ranges.push_back({leased.blocks[b].location + off, checks[b].bytes.subspan(off, len)});
+        members.push_back(b);
+        piece.group = kind;
+        ++piece.count;
+        bytes += len;
       }
+    }
+    for (const Piece& piece : pieces) {
+      const Range& head = ranges[piece.first];
+      ops.push_back({leased.lease, head.offset, head.dest,
+                     std::span<const Range>(ranges).subspan(piece.first + 1, piece.count - 1)});
     }
     if (swa_ok) {
       const BlockMatch& e = leased.swa->entry;
       checks[covered] = {req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
       ops.push_back({leased.lease, e.location, checks[covered].bytes});
-      pieces.push_back({covered, -1});
+      members.push_back(covered);
+      pieces.push_back({members.size() - 1, 1, -1});
     }
 
     // Verification as pieces land. A group that lands before its block's
@@ -707,17 +738,20 @@ class RemoteStore final : public NodeClient {
     bool swa_landed = false;
     auto on_done = [&](size_t i, const Status& st) {
       const Piece& piece = pieces[i];
-      if (piece.payload == covered && swa_ok) {
+      const std::span<const size_t> payloads(members.data() + piece.first, piece.count);
+      if (payloads[0] == covered && swa_ok) {
         swa_landed = st.ok();
         if (!st.ok() && status.ok()) status = st;
         return;
       }
       if (!st.ok()) {
-        cut(piece.payload, st);
+        cut(payloads[0], st);
         return;
       }
-      landed[piece.payload][piece.group < 0 ? 0 : static_cast<size_t>(piece.group)] = true;
-      verify_block(piece.payload);
+      for (size_t b : payloads) {
+        landed[b][piece.group < 0 ? 0 : static_cast<size_t>(piece.group)] = true;
+        verify_block(b);
+      }
       announce();
     };
     Status transfer;

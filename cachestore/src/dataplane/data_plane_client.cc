@@ -15,9 +15,11 @@ using internal::kAmPing;
 using internal::kAmPong;
 using internal::kAmReadReply;
 using internal::kAmReadRequest;
+using internal::kAmReadvRequest;
 using internal::kAmWriteAck;
 using internal::kAmWriteRequest;
 using internal::kWireVersion;
+using internal::ReadRange;
 using internal::ReplyHeader;
 using internal::RequestHeader;
 using internal::StatusFromUcs;
@@ -37,6 +39,11 @@ struct DataPlaneClient::Impl {
     size_t index = 0;
     std::byte* dest = nullptr;  // reads: the caller's buffer
     uint64_t length = 0;
+    // Reads of several ranges: the caller's buffers and what the node is
+    // asked for (sent with the request; alive until the send finishes).
+    std::vector<ucp_dt_iov_t> iov;
+    std::vector<ReadRange> ranges;
+    size_t gets_left = 0;  // RMA: gets not finished yet
     RequestHeader header;  // sent to the node; alive until the send finishes
     bool done = false;
     Status status;
@@ -56,6 +63,8 @@ struct DataPlaneClient::Impl {
   ucp_rkey_h rkey = nullptr;
   bool peer_error_handling = false;
   Mode mode = Mode::kActiveMessage;
+  // Every lane is TCP: reads gather their ranges into one eager reply.
+  bool tcp_only = false;
   std::vector<std::string> lane_transports;
   Status ep_failure;  // set by the endpoint's error handler
   uint64_t next_op_id = 1;
@@ -100,7 +109,7 @@ struct DataPlaneClient::Impl {
     ucp_request_free(request);
     auto* op = static_cast<Op*>(user_data);
     RequestFinished(op, status, "RMA read from node");
-    if (status == UCS_OK) op->call->impl->Complete(op, Status::Ok());
+    if (--op->gets_left == 0 && status == UCS_OK) op->call->impl->Complete(op, Status::Ok());
   }
 
   static void OnReplyDataReceived(void* request, ucs_status_t status, size_t /*length*/,
@@ -169,18 +178,33 @@ struct DataPlaneClient::Impl {
       return UCS_OK;
     }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
-      if (length > 0) std::memcpy(op->dest, data, length);
+      if (op->iov.empty()) {
+        if (length > 0) std::memcpy(op->dest, data, length);
+      } else {
+        const auto* from = static_cast<const std::byte*>(data);
+        for (const ucp_dt_iov_t& to : op->iov) {
+          if (to.length > 0) std::memcpy(to.buffer, from, to.length);
+          from += to.length;
+        }
+      }
       self->Complete(op, Status::Ok());
       return UCS_OK;
     }
-    // Rendezvous: UCX moves the bytes straight into the caller's buffer.
+    // Rendezvous: UCX moves the bytes straight into the caller's buffers.
     self->awaiting_reply.erase(op->header.op_id);
     ucp_request_param_t param_out{};
     param_out.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param_out.cb.recv_am = &OnReplyDataReceived;
     param_out.user_data = op;
-    ucs_status_ptr_t r =
-        ucp_am_recv_data_nbx(self->ucx->worker, data, op->dest, length, &param_out);
+    void* into = op->dest;
+    size_t count = length;
+    if (!op->iov.empty()) {
+      param_out.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      param_out.datatype = ucp_dt_make_iov();
+      into = op->iov.data();
+      count = op->iov.size();
+    }
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->ucx->worker, data, into, count, &param_out);
     if (r == nullptr) {
       self->Complete(op, Status::Ok());
     } else if (UCS_PTR_IS_ERR(r)) {
@@ -214,10 +238,13 @@ struct DataPlaneClient::Impl {
     ep_failure = Status::Ok();
     lane_transports.clear();
     bool rdma = false;
+    tcp_only = true;
     for (const internal::EpLane& lane : internal::EpLanes(ep)) {
       lane_transports.push_back(lane.transport);
       rdma = rdma || internal::IsRdmaTransport(lane.transport);
+      tcp_only = tcp_only && internal::IsTcpTransport(lane.transport);
     }
+    tcp_only = tcp_only && !lane_transports.empty();
     if (options.mode != Mode::kActiveMessage && !server.packed_rkey.empty()) {
       st = ucp_ep_rkey_unpack(ep, server.packed_rkey.data(), &rkey);
       if (st != UCS_OK) {
@@ -371,8 +398,19 @@ struct DataPlaneClient::Impl {
         std::move(call), [&](Op* op) { SendRequest(op, kAmPing, nullptr, 0); }, nullptr, deadline);
   }
 
+  static Status CheckRangeCount(const ReadOp& r) {
+    if (1 + r.more.size() <= kMaxRangesPerRead) return Status::Ok();
+    return InvalidArgument("a read op has " + std::to_string(1 + r.more.size()) +
+                           " ranges; the limit is " + std::to_string(kMaxRangesPerRead));
+  }
+
   Status Read(std::span<const ReadOp> reads,
               const std::function<void(size_t, const Status&)>& on_done, Nanos deadline) {
+    const bool gathered =
+        std::any_of(reads.begin(), reads.end(), [](const ReadOp& r) { return !r.more.empty(); });
+    if (gathered && mode == Mode::kActiveMessage && !tcp_only) {
+      return ReadRangeByRange(reads, on_done, deadline);
+    }
     auto call = NewCall(reads.size());
     auto issue = [&](Op* op) {
       const ReadOp& r = reads[op->index];
@@ -380,26 +418,85 @@ struct DataPlaneClient::Impl {
       op->length = r.dest.size();
       op->header.lease = r.lease;
       op->header.offset = r.offset;
-      op->header.length = r.dest.size();
+      op->header.flags = tcp_only ? uint32_t{internal::kReplyEager} : 0u;
       Status valid = CheckRange(r.offset, r.dest.size());
-      if (!valid.ok()) return Complete(op, valid);
-      if (mode == Mode::kActiveMessage) return SendRequest(op, kAmReadRequest, nullptr, 0);
-      if (op->length == 0) return Complete(op, Status::Ok());
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      param.cb.send = &OnGetDone;
-      param.user_data = op;
-      ucs_status_ptr_t st =
-          ucp_get_nbx(ep, op->dest, op->length, server.region_base + r.offset, rkey, &param);
-      if (st == nullptr) {
-        Complete(op, Status::Ok());
-      } else if (UCS_PTR_IS_ERR(st)) {
-        Complete(op, StatusFromUcs(UCS_PTR_STATUS(st), "RMA read from node"));
-      } else {
-        ++op->call->outstanding;
+      if (valid.ok()) valid = CheckRangeCount(r);
+      if (!r.more.empty()) {
+        op->ranges.push_back({r.offset, r.dest.size()});
+        op->iov.push_back({r.dest.data(), r.dest.size()});
+        for (const Range& m : r.more) {
+          if (valid.ok()) valid = CheckRange(m.offset, m.dest.size());
+          op->ranges.push_back({m.offset, m.dest.size()});
+          op->iov.push_back({m.dest.data(), m.dest.size()});
+          op->length += m.dest.size();
+        }
       }
+      op->header.length = op->length;
+      if (!valid.ok()) return Complete(op, valid);
+      if (mode == Mode::kActiveMessage) {
+        if (op->ranges.empty()) return SendRequest(op, kAmReadRequest, nullptr, 0);
+        return SendRequest(op, kAmReadvRequest, op->ranges.data(),
+                           op->ranges.size() * sizeof(ReadRange));
+      }
+      // RMA: one get per range; the op completes with the last.
+      ++op->gets_left;  // held while issuing
+      auto get = [&](std::byte* dest, uint64_t length, uint64_t offset) {
+        if (length == 0 || op->done) return;
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        param.cb.send = &OnGetDone;
+        param.user_data = op;
+        ucs_status_ptr_t st =
+            ucp_get_nbx(ep, dest, length, server.region_base + offset, rkey, &param);
+        if (UCS_PTR_IS_ERR(st)) {
+          Complete(op, StatusFromUcs(UCS_PTR_STATUS(st), "RMA read from node"));
+        } else if (st != nullptr) {
+          ++op->gets_left;
+          ++op->call->outstanding;
+        }
+      };
+      get(r.dest.data(), r.dest.size(), r.offset);
+      for (const Range& m : r.more) get(m.dest.data(), m.dest.size(), m.offset);
+      if (--op->gets_left == 0) Complete(op, Status::Ok());
     };
     return Run(std::move(call), issue, on_done, deadline);
+  }
+
+  // Active messages on shared memory or RDMA: rendezvous replies are zero
+  // copy per range, while one reply gathering several ranges is not; each
+  // range goes as its own read and an op completes with its last range.
+  Status ReadRangeByRange(std::span<const ReadOp> reads,
+                          const std::function<void(size_t, const Status&)>& on_done,
+                          Nanos deadline) {
+    std::vector<ReadOp> singles;
+    std::vector<size_t> owner;  // singles[j] is part of reads[owner[j]]
+    std::vector<size_t> left(reads.size(), 0);
+    std::vector<Status> result(reads.size());
+    Status first_error;
+    auto finish = [&](size_t i, const Status& s) {
+      if (!s.ok() && result[i].ok()) result[i] = s;
+      if (--left[i] > 0) return;
+      if (!result[i].ok() && first_error.ok()) first_error = result[i];
+      if (on_done) on_done(i, result[i]);
+    };
+    for (size_t i = 0; i < reads.size(); ++i) {
+      const ReadOp& r = reads[i];
+      left[i] = 1;
+      if (Status st = CheckRangeCount(r); !st.ok()) {
+        finish(i, st);
+        continue;
+      }
+      left[i] = 1 + r.more.size();
+      singles.push_back({r.lease, r.offset, r.dest});
+      owner.push_back(i);
+      for (const Range& m : r.more) {
+        singles.push_back({r.lease, m.offset, m.dest});
+        owner.push_back(i);
+      }
+    }
+    Status st = Read(
+        singles, [&](size_t j, const Status& s) { finish(owner[j], s); }, deadline);
+    return first_error.ok() ? st : first_error;
   }
 
   Status Write(std::span<const WriteOp> writes, Nanos deadline) {

@@ -14,9 +14,11 @@ using internal::kAmPing;
 using internal::kAmPong;
 using internal::kAmReadReply;
 using internal::kAmReadRequest;
+using internal::kAmReadvRequest;
 using internal::kAmWriteAck;
 using internal::kAmWriteRequest;
 using internal::kWireVersion;
+using internal::ReadRange;
 using internal::ReplyHeader;
 using internal::RequestHeader;
 using internal::StatusFromUcs;
@@ -34,11 +36,12 @@ struct DataPlaneServer::Impl {
     enum class Kind : uint8_t { kSend, kWriteRecv };
     Impl* impl = nullptr;
     Kind kind = Kind::kSend;
-    ReplyHeader reply;            // kSend: header, alive until the send finishes
-    std::string message;          // kSend: error text sent as data
-    uint64_t payload_bytes = 0;   // kSend: arena bytes, counted when done
-    RequestHeader request;        // kWriteRecv
-    ucp_ep_h reply_ep = nullptr;  // kWriteRecv: where the ack goes
+    ReplyHeader reply;              // kSend: header, alive until the send finishes
+    std::string message;            // kSend: error text sent as data
+    uint64_t payload_bytes = 0;     // kSend: arena bytes, counted when done
+    std::vector<ucp_dt_iov_t> iov;  // kSend of several arena ranges
+    RequestHeader request;          // kWriteRecv
+    ucp_ep_h reply_ep = nullptr;    // kWriteRecv: where the ack goes
   };
 
   std::span<std::byte> region;
@@ -128,7 +131,7 @@ struct DataPlaneServer::Impl {
   // Sends `id` with {op_id, status} to `ep`: data is the arena range on OK,
   // the error text otherwise.
   void Reply(ucp_ep_h ep, uint16_t id, uint64_t op_id, const Status& status, const std::byte* data,
-             uint64_t length) {
+             uint64_t length, bool eager = false) {
     auto* p = new Pending();
     p->impl = this;
     p->reply.op_id = op_id;
@@ -141,15 +144,43 @@ struct DataPlaneServer::Impl {
     } else {
       p->payload_bytes = length;
     }
+    Send(ep, id, p, payload, length, eager);
+  }
+
+  // Sends the arena ranges `iov` (total `length` bytes) as one read reply.
+  void ReplyGathered(ucp_ep_h ep, uint64_t op_id, std::vector<ucp_dt_iov_t> iov, uint64_t length,
+                     bool eager) {
+    auto* p = new Pending();
+    p->impl = this;
+    p->reply.op_id = op_id;
+    p->payload_bytes = length;
+    p->iov = std::move(iov);
+    Send(ep, kAmReadReply, p, p->iov.data(), length, eager);
+  }
+
+  // Hands `p` (header and, with p->iov, the iov list) to UCX; `payload` is
+  // contiguous bytes, or p->iov.data().
+  void Send(ucp_ep_h ep, uint16_t id, Pending* p, const void* payload, uint64_t length,
+            bool eager) {
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     param.cb.send = &OnSendDone;
     param.user_data = p;
-    param.flags = length >= internal::kRendezvousThreshold ? UCP_AM_SEND_FLAG_RNDV : 0;
+    if (eager) {
+      param.flags = UCP_AM_SEND_FLAG_EAGER;
+    } else if (length >= internal::kRendezvousThreshold) {
+      param.flags = UCP_AM_SEND_FLAG_RNDV;
+    }
+    size_t count = length;
+    if (!p->iov.empty()) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      param.datatype = ucp_dt_make_iov();
+      count = p->iov.size();
+    }
     in_flight.fetch_add(1, std::memory_order_acq_rel);
     ucs_status_ptr_t r =
-        ucp_am_send_nbx(ep, id, &p->reply, sizeof(p->reply), payload, length, &param);
+        ucp_am_send_nbx(ep, id, &p->reply, sizeof(p->reply), payload, count, &param);
     if (r == nullptr) {
       FinishSend(p, UCS_OK);
     } else if (UCS_PTR_IS_ERR(r)) {
@@ -181,6 +212,16 @@ struct DataPlaneServer::Impl {
 
   // ---- handlers (progress thread) ----
 
+  // Counts a request and parses its header; false (counted as rejected)
+  // when it cannot be answered at all.
+  bool Accept(const void* header, size_t header_length, const ucp_am_recv_param_t* param,
+              RequestHeader* h) {
+    requests.fetch_add(1, std::memory_order_relaxed);
+    if (ParseHeader(header, header_length, param, h)) return true;
+    rejected.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+
   static ucs_status_t OnPing(void* arg, const void* header, size_t header_length, void* /*data*/,
                              size_t /*length*/, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
@@ -200,12 +241,8 @@ struct DataPlaneServer::Impl {
                                     void* /*data*/, size_t /*length*/,
                                     const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
-    self->requests.fetch_add(1, std::memory_order_relaxed);
     RequestHeader h;
-    if (!ParseHeader(header, header_length, param, &h)) {
-      self->rejected.fetch_add(1, std::memory_order_relaxed);
-      return UCS_OK;
-    }
+    if (!self->Accept(header, header_length, param, &h)) return UCS_OK;
     Status st = self->CheckRequest(h, self->access.authorize_read);
     if (!st.ok()) {
       self->rejected.fetch_add(1, std::memory_order_relaxed);
@@ -213,8 +250,55 @@ struct DataPlaneServer::Impl {
       return UCS_OK;
     }
     self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, self->region.data() + h.offset,
-                h.length);
+                h.length, (h.flags & internal::kReplyEager) != 0);
     return UCS_OK;
+  }
+
+  // A read of several ranges under one lease, answered with one reply
+  // that gathers them in order.
+  static ucs_status_t OnReadvRequest(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    RequestHeader h;
+    if (!self->Accept(header, header_length, param, &h)) return UCS_OK;
+    std::vector<ucp_dt_iov_t> iov;
+    Status st = self->CheckGather(h, data, length, param, &iov);
+    if (!st.ok()) {
+      self->rejected.fetch_add(1, std::memory_order_relaxed);
+      self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, nullptr, 0);
+      return UCS_OK;
+    }
+    self->ReplyGathered(param->reply_ep, h.op_id, std::move(iov), h.length,
+                        (h.flags & internal::kReplyEager) != 0);
+    return UCS_OK;
+  }
+
+  // Parses and authorizes a readv request's range list into `iov`.
+  Status CheckGather(const RequestHeader& h, const void* data, size_t length,
+                     const ucp_am_recv_param_t* param, std::vector<ucp_dt_iov_t>* iov) {
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || data == nullptr || length == 0 ||
+        length % sizeof(ReadRange) != 0 ||
+        length / sizeof(ReadRange) > DataPlaneClient::kMaxRangesPerRead) {
+      return InvalidArgument("malformed range list (" + std::to_string(length) + " bytes)");
+    }
+    const size_t n = length / sizeof(ReadRange);
+    iov->reserve(n);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ReadRange r;
+      std::memcpy(&r, static_cast<const std::byte*>(data) + i * sizeof(r), sizeof(r));
+      RequestHeader one = h;
+      one.offset = r.offset;
+      one.length = r.length;
+      STRATA_RETURN_IF_ERROR(CheckRequest(one, access.authorize_read));
+      total += r.length;  // ranges lie inside the arena: no overflow
+      iov->push_back({region.data() + r.offset, r.length});
+    }
+    if (total != h.length) {
+      return InvalidArgument("ranges add up to " + std::to_string(total) + " bytes, header says " +
+                             std::to_string(h.length));
+    }
+    return Status::Ok();
   }
 
   Status CheckRequest(
@@ -231,12 +315,8 @@ struct DataPlaneServer::Impl {
   static ucs_status_t OnWriteRequest(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
-    self->requests.fetch_add(1, std::memory_order_relaxed);
     RequestHeader h;
-    if (!ParseHeader(header, header_length, param, &h)) {
-      self->rejected.fetch_add(1, std::memory_order_relaxed);
-      return UCS_OK;  // drops rendezvous data too
-    }
+    if (!self->Accept(header, header_length, param, &h)) return UCS_OK;  // drops rendezvous data
     Status st = length != h.length
                     ? InvalidArgument("write carries " + std::to_string(length) +
                                       " bytes, header says " + std::to_string(h.length))
@@ -375,6 +455,8 @@ Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::spa
   Impl* raw = impl.get();
   STRATA_RETURN_IF_ERROR(internal::SetAmHandler(worker, kAmPing, &Impl::OnPing, raw));
   STRATA_RETURN_IF_ERROR(internal::SetAmHandler(worker, kAmReadRequest, &Impl::OnReadRequest, raw));
+  STRATA_RETURN_IF_ERROR(
+      internal::SetAmHandler(worker, kAmReadvRequest, &Impl::OnReadvRequest, raw));
   STRATA_RETURN_IF_ERROR(
       internal::SetAmHandler(worker, kAmWriteRequest, &Impl::OnWriteRequest, raw));
   impl->thread = std::thread([raw] { raw->Run(); });

@@ -188,6 +188,8 @@ bool IsSharedMemoryTransport(const std::string& transport) {
          name == "self";
 }
 
+bool IsTcpTransport(const std::string& transport) { return TransportName(transport) == "tcp"; }
+
 bool IsRdmaTransport(const std::string& transport) {
   const std::string name = TransportName(transport);
   return name.rfind("rc", 0) == 0 || name.rfind("dc", 0) == 0;

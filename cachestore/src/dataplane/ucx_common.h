@@ -25,17 +25,34 @@ enum AmId : uint16_t {
   kAmReadReply = 14,     // ReplyHeader; data = payload (OK) or error message
   kAmWriteRequest = 15,  // RequestHeader; data = payload
   kAmWriteAck = 16,      // ReplyHeader; data = error message (if any)
+  kAmReadvRequest = 17,  // RequestHeader (offset unused, length = total);
+                         // data = ReadRange[]; answered by kAmReadReply
 };
 
-// Bumped when a header changes; both sides reject other versions.
-constexpr uint32_t kWireVersion = 1;
+// Bumped when a header or message changes; both sides reject other versions.
+constexpr uint32_t kWireVersion = 2;
+
+// RequestHeader::flags.
+enum RequestFlag : uint32_t {
+  // Reply to a read eagerly: UCX streams the arena ranges (up to 6 iov
+  // entries on tcp, see kMaxRangesPerRead) straight from the arena in
+  // fragments, where rendezvous would cost a handshake per reply and, for
+  // several ranges, fall back to packing them. Clients ask for it over TCP.
+  kReplyEager = 1,
+};
 
 struct RequestHeader {
   uint32_t version = kWireVersion;
-  uint32_t reserved = 0;
+  uint32_t flags = 0;  // RequestFlag bits
   uint64_t session = 0;
   uint64_t lease = 0;
   uint64_t op_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// One range of a kAmReadvRequest, in the order its bytes are replied.
+struct ReadRange {
   uint64_t offset = 0;
   uint64_t length = 0;
 };
@@ -88,6 +105,7 @@ std::vector<EpLane> EpLanes(ucp_ep_h ep);
 // RDMA transports (verbs / mlx5): RMA on them is done by the NIC.
 bool IsRdmaTransport(const std::string& transport);
 bool IsSharedMemoryTransport(const std::string& transport);
+bool IsTcpTransport(const std::string& transport);
 
 // Blocks (progressing `worker`) until `request` from a ucp_*_nbx call
 // completes or `deadline` passes; frees the request. Requests that did not
