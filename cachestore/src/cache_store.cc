@@ -974,12 +974,12 @@ class CacheStore::PrefixLookup {
     // A DRAM block after a run of SSD-only ones: promote the run first, so
     // pins and the prefix stay in order.
     if (!deferred_.empty() && s_.InDram(k, start_) && !Flush()) return false;
-    Entry* e = Pin(k);
+    std::optional<BlockMatch> e = Pin(k);
     // The parent is the key just before this one, if that one hit (with
     // independent keys an earlier miss breaks the chain).
     const std::optional<ChainKey> parent = previous_hit_;
     previous_hit_.reset();
-    if (e == nullptr && batch_) {
+    if (!e.has_value() && batch_) {
       if (!s_.SsdAdmits(k.kind) || !s_.ssd->Contains(s_.SsdKeyOf(k, result_.model_id))) {
         return false;
       }
@@ -988,11 +988,11 @@ class CacheStore::PrefixLookup {
       previous_hit_ = key;
       return true;
     }
-    if (e == nullptr && promote_) {
+    if (!e.has_value() && promote_) {
       e = PromoteAndPin(k, parent);
-      if (e == nullptr) return false;
+      if (!e.has_value()) return false;
     }
-    if (e == nullptr) {
+    if (!e.has_value()) {
       std::optional<SsdEntryMeta> meta = LookupSsd(k);
       if (!meta.has_value()) return false;
       result_.blocks.push_back(
@@ -1000,8 +1000,7 @@ class CacheStore::PrefixLookup {
       previous_hit_ = key;
       return true;
     }
-    result_.blocks.push_back(
-        {key, Tier::kDram, e->layout_id, e->payload_bytes, e->checksum, e->extent.offset});
+    result_.blocks.push_back(*e);
     previous_hit_ = key;
     return true;
   }
@@ -1019,19 +1018,18 @@ class CacheStore::PrefixLookup {
     std::vector<Result<EntryRef>> promoted =
         s_.PinOrPromoteMany(keys, parents, result_.model_id, start_);
     for (size_t i = 0; i < deferred_.size(); ++i) {
-      Entry* e = nullptr;
+      std::optional<BlockMatch> e;
       if (promoted[i].ok()) {
         if (!stopped_) e = Pin(deferred_[i].key);
         s_.Unpin(*promoted[i], /*lease=*/false);  // the lease's pin holds it now
       }
       if (stopped_) continue;
-      if (e == nullptr) {
+      if (!e.has_value()) {
         result_.blocks.resize(deferred_[i].index);
         stopped_ = true;
         continue;
       }
-      result_.blocks[deferred_[i].index] = {deferred_[i].key.chain, Tier::kDram, e->layout_id,
-                                            e->payload_bytes,       e->checksum, e->extent.offset};
+      result_.blocks[deferred_[i].index] = *e;
     }
     deferred_.clear();
     return !stopped_;
@@ -1044,17 +1042,15 @@ class CacheStore::PrefixLookup {
     const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
     for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
       const EntryKey k{*ns_, StateKind::kSwaState, result_.blocks[b - 1].key};
-      Entry* e = Pin(k);
-      if (e == nullptr && promote_) {
+      std::optional<BlockMatch> e = Pin(k);
+      if (!e.has_value() && promote_) {
         // A leased remote answer carries DRAM locations only: an SWA state
         // that cannot be promoted is skipped for a lower boundary.
         e = PromoteAndPin(k, std::nullopt);
-        if (e == nullptr) continue;
+        if (!e.has_value()) continue;
       }
-      if (e != nullptr) {
-        result_.swa = SwaMatch{
-            b,
-            {k.chain, Tier::kDram, e->layout_id, e->payload_bytes, e->checksum, e->extent.offset}};
+      if (e.has_value()) {
+        result_.swa = SwaMatch{b, *e};
         return;
       }
       if (std::optional<SsdEntryMeta> meta = LookupSsd(k)) {
@@ -1106,11 +1102,14 @@ class CacheStore::PrefixLookup {
   }
 
  private:
-  Entry* Pin(const EntryKey& k) {
+  // Counts a hit on the DRAM entry under `k` (leasing it when asked) and
+  // describes it. The description is taken under the shard lock: without a
+  // lease nothing stops eviction from reusing the entry right after.
+  std::optional<BlockMatch> Pin(const EntryKey& k) {
     Impl::Shard& shard = s_.ShardFor(k);
     std::shared_lock lock(shard.mu);
     Entry* e = s_.FindVisibleLocked(shard, k, start_);
-    if (e == nullptr) return nullptr;
+    if (e == nullptr) return std::nullopt;
     if (lease_) e->leases.fetch_add(1);
     const uint64_t earlier_hits = e->hits.fetch_add(1, std::memory_order_relaxed);
     hits_.push_back({e, e->generation});
@@ -1118,16 +1117,18 @@ class CacheStore::PrefixLookup {
         s_.opts.ssd_admission == CacheStoreOptions::SsdAdmission::kHitOnce) {
       s_.EnqueueWriteBack(e);
     }
-    return e;
+    return BlockMatch{k.chain,          Tier::kDram, e->layout_id,
+                      e->payload_bytes, e->checksum, e->extent.offset};
   }
 
   // Reads an SSD-only entry into DRAM and pins it like a DRAM hit. The
   // promotion's reader pin keeps the entry alive until the lease holds it.
-  Entry* PromoteAndPin(const EntryKey& k, const std::optional<ChainKey>& parent) {
-    if (!s_.SsdAdmits(k.kind)) return nullptr;
+  std::optional<BlockMatch> PromoteAndPin(const EntryKey& k,
+                                          const std::optional<ChainKey>& parent) {
+    if (!s_.SsdAdmits(k.kind)) return std::nullopt;
     Result<EntryRef> promoted = s_.PinOrPromote(k, result_.model_id, parent, start_);
-    if (!promoted.ok()) return nullptr;
-    Entry* e = Pin(k);
+    if (!promoted.ok()) return std::nullopt;
+    std::optional<BlockMatch> e = Pin(k);
     s_.Unpin(*promoted, /*lease=*/false);
     return e;
   }
