@@ -25,8 +25,6 @@
 #include "strata/client.h"
 #include "strata/layout.h"
 
-extern char** environ;
-
 namespace strata::bench {
 namespace {
 
@@ -141,7 +139,7 @@ Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions&
       std::vector<std::vector<std::byte>> buffers(o.prompt_blocks, std::vector<std::byte>(payload));
       for (auto& b : buffers) std::memset(b.data(), 0, b.size());  // touch every page
       FetchRequest fetch;
-      for (auto& b : buffers) fetch.block_buffers.push_back(b);
+      for (auto& b : buffers) fetch.block_buffers.emplace_back(b);
       bool counting = false;
       MatchAhead matches(**store, prompts, c, 1);
       while (!stop.load()) {
@@ -222,6 +220,7 @@ class RedisServer {
                                      "--loglevel",
                                      "warning"};
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;

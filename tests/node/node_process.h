@@ -25,8 +25,6 @@
 
 #include "node/token_auth.h"
 
-extern char** environ;
-
 namespace strata::testing {
 
 // Tokens every node test knows: namespace, role and the token itself.
@@ -51,17 +49,19 @@ inline std::string TempDir(const std::string& name) {
   return dir;
 }
 
-// A port nobody listens on right now (for restarts on the same port).
+// A port nobody listens on right now (for restarts on the same port); 0
+// when the system would not give one.
 inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
-  return ntohs(addr.sin_port);
+  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 class NodeProcess {
@@ -102,6 +102,7 @@ class NodeProcess {
       args.push_back(s);
     }
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
