@@ -192,32 +192,23 @@ Result<PromoteResults> BenchPromote(const SsdBenchOptions& o) {
     if (!opened.ok()) return opened.status();
     std::unique_ptr<CacheStore> store = std::move(opened).value();
     std::vector<std::byte> bytes(payload);
-    for (const auto& p : prompts) {
-      for (size_t i = layout.HeaderBytes(); i < bytes.size(); ++i) {
-        bytes[i] = static_cast<std::byte>(rng());
-      }
-      const uint64_t sum = SealPayload(layout, layout.block_tokens, bytes).value();
-      auto keys = ChainKeys::ForPrompt({caller.ns, model, ""}, p, layout.block_tokens);
-      if (!keys.ok()) return keys.status();
-      CommitPayload cp{
-          {keys->at(0), StateKind::kGlobalKv, layout.id, payload, std::nullopt}, bytes, sum};
-      auto r = store->Commit(caller, model, std::span(&cp, 1));
-      if (!r.ok()) return r.status();
-    }
-    for (const auto& p : cold) {
-      auto keys = ChainKeys::ForPrompt({caller.ns, model, ""}, p, layout.block_tokens);
-      if (!keys.ok()) return keys.status();
-      for (size_t b = 0; b < keys->size(); ++b) {
-        for (size_t i = layout.HeaderBytes(); i < bytes.size(); ++i) {
-          bytes[i] = static_cast<std::byte>(rng());
+    // Every prompt is a chain (the single-block ones of one block).
+    for (const auto* list : {&prompts, &cold}) {
+      for (const auto& p : *list) {
+        auto keys = ChainKeys::ForPrompt({caller.ns, model, ""}, p, layout.block_tokens);
+        if (!keys.ok()) return keys.status();
+        for (size_t b = 0; b < keys->size(); ++b) {
+          for (size_t i = layout.HeaderBytes(); i < bytes.size(); ++i) {
+            bytes[i] = static_cast<std::byte>(rng());
+          }
+          const uint64_t sum = SealPayload(layout, layout.block_tokens, bytes).value();
+          CommitPayload cp{{keys->at(b), StateKind::kGlobalKv, layout.id, payload,
+                            b > 0 ? std::optional<ChainKey>(keys->at(b - 1)) : std::nullopt},
+                           bytes,
+                           sum};
+          auto r = store->Commit(caller, model, std::span(&cp, 1));
+          if (!r.ok()) return r.status();
         }
-        const uint64_t sum = SealPayload(layout, layout.block_tokens, bytes).value();
-        CommitPayload cp{{keys->at(b), StateKind::kGlobalKv, layout.id, payload,
-                          b > 0 ? std::optional<ChainKey>(keys->at(b - 1)) : std::nullopt},
-                         bytes,
-                         sum};
-        auto r = store->Commit(caller, model, std::span(&cp, 1));
-        if (!r.ok()) return r.status();
       }
     }
     store->FlushWriteBack();

@@ -308,15 +308,11 @@ struct CacheStore::Impl {
       p.cv.notify_all();
       std::lock_guard lock(promo_mu);
       promotions.erase(keys[i]);
+      promos[i].reset();  // done: what is left are other callers' promotions
     }
     // Entries another caller was promoting: wait for that read.
-    size_t next_lead = 0;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (promos[i] == nullptr) continue;
-      if (next_lead < lead.size() && lead[next_lead] == i) {
-        ++next_lead;
-        continue;
-      }
       Promotion& p = *promos[i];
       std::unique_lock lock(p.mu);
       p.cv.wait(lock, [&] { return p.done; });
@@ -355,8 +351,7 @@ struct CacheStore::Impl {
                     Nanos now, std::span<const size_t> which,
                     std::vector<Result<EntryRef>>& results) {
     std::vector<Entry*> staged(which.size(), nullptr);
-    std::vector<SsdRead> reads;
-    std::vector<size_t> read_of(which.size(), SIZE_MAX);
+    std::vector<SsdRead> reads;  // one per staged entry, in order
     for (size_t w = 0; w < which.size(); ++w) {
       Result<Entry*> e = Stage(keys[which[w]], model, now);
       if (!e.ok()) {
@@ -373,17 +368,16 @@ struct CacheStore::Impl {
         continue;
       }
       staged[w] = *e;
-      read_of[w] = reads.size();
       // The whole granule-rounded extent: with 4 KiB granules it is read
       // into directly (O_DIRECT), no bounce copy.
       reads.push_back(
           {SsdKeyOf(keys[which[w]], model), arena->Bytes((*e)->extent, (*e)->extent.length)});
     }
     const std::vector<Status> read = reads.empty() ? std::vector<Status>() : ssd->ReadBatch(reads);
-    for (size_t w = 0; w < which.size(); ++w) {
+    for (size_t w = 0, r = 0; w < which.size(); ++w) {
       if (staged[w] == nullptr) continue;
       const size_t i = which[w];
-      results[i] = Publish(staged[w], read[read_of[w]], parents[i], now);
+      results[i] = Publish(staged[w], read[r++], parents[i], now);
     }
   }
 

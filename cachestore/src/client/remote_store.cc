@@ -30,9 +30,6 @@ namespace strata {
 namespace {
 
 constexpr size_t kMaxTrackedLeases = 4096;
-// Largest read reply FetchInto asks for: big enough that per-message costs
-// vanish over TCP, small enough that layer groups still arrive in order.
-constexpr uint64_t kGatherBytes = 1 << 20;
 
 // One fetched payload, verified piece by piece as its pieces land: the
 // header against the entry checksum, then each layer group against the
@@ -647,16 +644,13 @@ class RemoteStore final : public NodeClient {
     std::vector<Range> ranges;
     for (size_t g = 0; g < max_groups; ++g) {
       Piece piece{members.size(), 0, 0};
-      uint64_t bytes = 0;
       for (size_t b = 0; b <= covered; ++b) {
         const bool more = b < covered && g < plan[b].size();
         const int kind = more && plan[b].size() > 1 ? static_cast<int>(g) : -1;
-        if (piece.count > 0 &&
-            (!more || kind != piece.group || bytes + plan[b][g].second > kGatherBytes ||
-             piece.count == dataplane::DataPlaneClient::kMaxRangesPerRead)) {
+        if (piece.count > 0 && (!more || kind != piece.group ||
+                                piece.count == dataplane::DataPlaneClient::kMaxRangesPerRead)) {
           pieces.push_back(piece);
           piece = {members.size(), 0, 0};
-          bytes = 0;
         }
         if (!more) continue;
         const auto [off, len] = plan[b][g];
@@ -664,7 +658,6 @@ class RemoteStore final : public NodeClient {
         members.push_back(b);
         piece.group = kind;
         ++piece.count;
-        bytes += len;
       }
     }
     for (const Piece& piece : pieces) {
