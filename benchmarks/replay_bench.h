@@ -11,7 +11,7 @@ namespace strata::bench {
 struct ReplayBenchOptions {
   std::string trace;
   uint64_t capacity_tokens = 3'000'000;
-  std::string policy = "aslru";
+  std::string policy = "deadline";
   bool full_payload = false;
   size_t max_requests = 0;  // 0: all
   bool json = false;
@@ -20,7 +20,7 @@ struct ReplayBenchOptions {
     app.add_option("--trace", trace, "Mooncake-format JSONL trace")->required();
     app.add_option("--capacity-tokens", capacity_tokens, "Cache capacity in tokens")
         ->check(CLI::Range(uint64_t{512}, uint64_t{1} << 40));
-    app.add_option("--policy", policy, "Eviction policy under test: aslru or lru");
+    app.add_option("--policy", policy, "Eviction policy under test: deadline, aslru or lru");
     app.add_flag("--full-payload", full_payload,
                  "Store and fetch 890 B/token of global KV per block (default: metadata only)");
     app.add_option("--max-requests", max_requests, "Replay only the first N requests");

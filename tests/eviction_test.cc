@@ -223,7 +223,26 @@ TEST_P(PolicySafetyTest, EvictionIsPrefixSafeUnderChurn) {
             0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, PolicySafetyTest, ::testing::Values("lru", "aslru"));
+TEST_P(PolicySafetyTest, AKeyWhoseFingerprintIsZeroIsHandled) {
+  // EntryKeyHash of (namespace 0, GLOBAL_KV, key with Prefix64() == 1) is 0,
+  // the ghost table's empty marker. Callers choose keys, so it must work.
+  TestStore t(20 * kSlot, 1.0, 1.0, GetParam());
+  ChainKey k;
+  k.bytes[0] = 1;
+  ASSERT_EQ(EntryKeyHash{}(EntryKey{0, StateKind::kGlobalKv, k}), 0u);
+  const testing::Payload p = testing::MakePayload(testing::TinyGlobalLayout(), 1);
+  CommitPayload cp{
+      {k, StateKind::kGlobalKv, testing::kTinyGlobalLayout, p.bytes.size(), std::nullopt},
+      p.bytes,
+      p.checksum};
+  for (int i = 0; i < 100; ++i) {  // used to hang once ghost counts drifted
+    ASSERT_EQ(t.store->Commit(t.writer, testing::TestModel(), std::span(&cp, 1))->published, 1u);
+    ASSERT_TRUE(t.store->Delete(t.writer, k, StateKind::kGlobalKv).ok());
+  }
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PolicySafetyTest, ::testing::Values("lru", "aslru", "deadline"));
 
 TEST(AslruTest, ProtectsReusedEntriesFromAScan) {
   // Three blocks hit repeatedly, then a long scan of one-off blocks: LRU
@@ -240,23 +259,37 @@ TEST(AslruTest, ProtectsReusedEntriesFromAScan) {
   EXPECT_EQ(run("aslru"), 3u);
 }
 
-TEST(AslruTest, AKeyWhoseFingerprintIsZeroIsHandled) {
-  // EntryKeyHash of (namespace 0, GLOBAL_KV, key with Prefix64() == 1) is 0,
-  // the ghost table's empty marker. Callers choose keys, so it must work.
-  TestStore t(20 * kSlot, 1.0, 1.0, "aslru");
-  ChainKey k;
-  k.bytes[0] = 1;
-  ASSERT_EQ(EntryKeyHash{}(EntryKey{0, StateKind::kGlobalKv, k}), 0u);
-  const testing::Payload p = testing::MakePayload(testing::TinyGlobalLayout(), 1);
-  CommitPayload cp{
-      {k, StateKind::kGlobalKv, testing::kTinyGlobalLayout, p.bytes.size(), std::nullopt},
-      p.bytes,
-      p.checksum};
-  for (int i = 0; i < 100; ++i) {  // used to hang once ghost counts drifted
-    ASSERT_EQ(t.store->Commit(t.writer, testing::TestModel(), std::span(&cp, 1))->published, 1u);
-    ASSERT_TRUE(t.store->Delete(t.writer, k, StateKind::kGlobalKv).ok());
-  }
-  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+TEST(DeadlinePolicyTest, LearnsToHoldReusedBlocksPastLruReach) {
+  // 20 blocks come back every ~80 uses, and between them 60 one-off blocks
+  // never return; the cache holds 40. LRU evicts every reused block before
+  // its reuse. The deadline policy learns (after its first 4,096 uses) that
+  // first-seen blocks do not come back and blocks seen before do, 80 uses
+  // later, and holds those instead.
+  auto late_hit_ratio = [](const std::string& policy) {
+    TestStore t(40 * kSlot, 1.0, 1.0, policy);
+    std::vector<std::vector<uint32_t>> reused;
+    for (uint32_t h = 0; h < 20; ++h) reused.push_back(Tokens(4, 10 + h));
+    uint32_t one_off = 1000;
+    size_t hits = 0;
+    size_t looks = 0;
+    for (int round = 0; round < 150; ++round) {
+      for (const auto& tokens : reused) {
+        const size_t hit = t.store->Match(t.writer, t.Request(tokens))->blocks.size();
+        if (round >= 100) {
+          hits += hit;
+          ++looks;
+        }
+        if (hit == 0) {
+          EXPECT_TRUE(t.CommitBlocks(tokens, 0, 1).ok());
+        }
+        for (int k = 0; k < 3; ++k) EXPECT_TRUE(t.CommitBlocks(Tokens(4, one_off++), 0, 1).ok());
+      }
+      EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+    }
+    return static_cast<double>(hits) / static_cast<double>(looks);
+  };
+  EXPECT_EQ(late_hit_ratio("lru"), 0.0);
+  EXPECT_GT(late_hit_ratio("deadline"), 0.9);
 }
 
 }  // namespace

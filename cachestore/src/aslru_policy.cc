@@ -24,112 +24,10 @@
 #include <vector>
 
 #include "eviction_policy.h"
+#include "ghost_table.h"
 
 namespace strata {
 namespace {
-
-// Fingerprints of recently evicted keys and the segment each left from,
-// oldest forgotten first. Open addressing over one flat array and a FIFO
-// ring: this sits on every insert and eviction, so no node allocations.
-class GhostTable {
- public:
-  GhostTable() { Rehash(1024); }
-
-  // Removes `fp` if present; returns the segment it left from, or -1.
-  int Take(uint64_t fp) {
-    fp = Nonzero(fp);
-    size_t i = Find(fp);
-    if (slots_[i].fp == kEmpty) return -1;
-    const int segment = slots_[i].segment;
-    Erase(i);
-    --count_[segment];
-    return segment;
-  }
-
-  // Remembers `fp`, then forgets the oldest while more than `limit` live.
-  void Add(uint64_t fp, int segment, size_t limit) {
-    fp = Nonzero(fp);  // 0 marks an empty slot
-    (void)Take(fp);
-    if (2 * (live() + 1) > slots_.size()) Rehash(slots_.size() * 2);
-    const size_t i = Find(fp);
-    slots_[i] = {fp, ++seq_, static_cast<uint8_t>(segment)};
-    ++count_[segment];
-    if (fifo_size_ == fifo_.size()) GrowFifo();
-    fifo_[(fifo_head_ + fifo_size_++) & (fifo_.size() - 1)] = {fp, seq_};
-    while (live() > limit || fifo_size_ > 2 * limit + 64) PopOldest();
-  }
-
-  size_t count(int segment) const { return count_[segment]; }
-
- private:
-  static constexpr uint64_t kEmpty = 0;
-  struct Slot {
-    uint64_t fp = kEmpty;
-    uint64_t seq = 0;
-    uint8_t segment = 0;
-  };
-  struct Record {
-    uint64_t fp = 0;
-    uint64_t seq = 0;
-  };
-
-  size_t live() const { return count_[0] + count_[1]; }
-  static uint64_t Nonzero(uint64_t fp) { return fp == kEmpty ? 1 : fp; }
-  size_t Find(uint64_t fp) const {  // the slot holding fp, or the empty slot where it goes
-    fp = Nonzero(fp);
-    size_t i = (fp * 0x9E3779B97F4A7C15ull) >> shift_;
-    while (slots_[i].fp != kEmpty && slots_[i].fp != fp) i = (i + 1) & mask_;
-    return i;
-  }
-  void Erase(size_t i) {  // backward-shift deletion keeps probe chains intact
-    size_t j = i;
-    while (true) {
-      j = (j + 1) & mask_;
-      if (slots_[j].fp == kEmpty) break;
-      const size_t home = (slots_[j].fp * 0x9E3779B97F4A7C15ull) >> shift_;
-      if (((j - home) & mask_) >= ((j - i) & mask_)) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
-    }
-    slots_[i] = Slot{};
-  }
-  void PopOldest() {
-    const Record r = fifo_[fifo_head_];
-    fifo_head_ = (fifo_head_ + 1) & (fifo_.size() - 1);
-    --fifo_size_;
-    const size_t i = Find(r.fp);
-    if (slots_[i].fp != kEmpty && slots_[i].seq == r.seq) {
-      --count_[slots_[i].segment];
-      Erase(i);
-    }
-  }
-  void Rehash(size_t size) {
-    std::vector<Slot> old = std::move(slots_);
-    slots_.assign(size, Slot{});
-    mask_ = size - 1;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(size));
-    for (const Slot& s : old) {
-      if (s.fp != kEmpty) slots_[Find(s.fp)] = s;
-    }
-  }
-  void GrowFifo() {
-    std::vector<Record> bigger(std::max<size_t>(1024, fifo_.size() * 2));
-    for (size_t k = 0; k < fifo_size_; ++k)
-      bigger[k] = fifo_[(fifo_head_ + k) & (fifo_.size() - 1)];
-    fifo_ = std::move(bigger);
-    fifo_head_ = 0;
-  }
-
-  std::vector<Slot> slots_;
-  size_t mask_ = 0;
-  unsigned shift_ = 0;
-  std::vector<Record> fifo_;
-  size_t fifo_head_ = 0;
-  size_t fifo_size_ = 0;
-  size_t count_[2] = {0, 0};
-  uint64_t seq_ = 0;
-};
 
 class AdaptiveSlruPolicy final : public EvictionPolicy {
  public:
@@ -142,12 +40,12 @@ class AdaptiveSlruPolicy final : public EvictionPolicy {
     e->in_policy = true;
     const uint64_t fp = EntryKeyHash{}(e->key);
     const double size = static_cast<double>(e->extent.length);
-    const int ghost = ghosts_.Take(fp);
-    if (ghost == kProbation) {
+    const std::optional<GhostTable::Remembered> ghost = ghosts_.Take(fp);
+    if (ghost && ghost->tag == kProbation) {
       target_ += kStep * size * Ratio(ghosts_.count(kProtected), ghosts_.count(kProbation));
       ++window_hits_[kProbation];
       Place(e, kProtected);
-    } else if (ghost == kProtected) {
+    } else if (ghost) {
       target_ -= kStep * size * Ratio(ghosts_.count(kProbation), ghosts_.count(kProtected));
       ++window_hits_[kProtected];
       Place(e, kProtected);
@@ -182,7 +80,7 @@ class AdaptiveSlruPolicy final : public EvictionPolicy {
     // resident entry for each.
     const size_t limit = static_cast<size_t>(
         2 * kGhostFactor * static_cast<double>(probation_.count + protected_.count + 1));
-    ghosts_.Add(EntryKeyHash{}(e->key), was_probation ? kProbation : kProtected, limit);
+    ghosts_.Add(EntryKeyHash{}(e->key), was_probation ? kProbation : kProtected, 0, limit);
   }
 
   Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
@@ -198,7 +96,7 @@ class AdaptiveSlruPolicy final : public EvictionPolicy {
   }
 
  private:
-  enum : int { kProbation = 0, kProtected = 1 };
+  enum : uint8_t { kProbation = 0, kProtected = 1 };
   // Tuned on the Mooncake conversation trace at 1M, 3M and 10M tokens; see
   // docs/eviction-policy.md for the sweep.
   static constexpr double kStep = 0.5;        // target change per ghost hit, in entry sizes

@@ -1072,7 +1072,7 @@ class CacheStore::PrefixLookup {
       for (size_t i = hits_.size(); i-- > 0;) {
         const EntryRef& ref = hits_[i];
         if (ref.entry->generation == ref.generation && ref.entry->in_policy) {
-          s_.policy->OnAccess(ref.entry);
+          s_.policy->OnHit(ref.entry);
         }
       }
     }

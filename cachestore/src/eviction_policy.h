@@ -41,7 +41,11 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   virtual std::string_view name() const = 0;
   virtual void OnInsert(Entry* e) = 0;
+  // A touch that keeps an order (an ancestor of new blocks, a victim that
+  // got pinned): not a use of the entry.
   virtual void OnAccess(Entry* e) = 0;
+  // A use: a match found the entry.
+  virtual void OnHit(Entry* e) { OnAccess(e); }
   virtual void OnErase(Entry* e) = 0;
   // The preferred victim for which `evictable` holds, looking at no more
   // than `max_scan` candidates; nullptr when there is none. `incoming_bytes`
@@ -57,7 +61,11 @@ std::unique_ptr<EvictionPolicy> MakeLruPolicy();
 // Adaptive segmented LRU; see aslru_policy.cc and docs/eviction-policy.md.
 std::unique_ptr<EvictionPolicy> MakeAdaptiveSlruPolicy(uint64_t capacity_bytes);
 
-// "lru" or "aslru" for a tier of `capacity_bytes`. Unknown names are
+// Per-class holding times learned from reuse distances; see
+// deadline_policy.cc and docs/eviction-policy.md.
+std::unique_ptr<EvictionPolicy> MakeReuseDeadlinePolicy(uint64_t capacity_bytes);
+
+// "lru", "aslru" or "deadline" for a tier of `capacity_bytes`. Unknown names are
 // INVALID_ARGUMENT.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            uint64_t capacity_bytes);

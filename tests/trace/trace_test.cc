@@ -59,8 +59,13 @@ TEST(TraceTest, StoreReplayWithLruEqualsTheReference) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->hit_tokens, 3072u);
   EXPECT_GT(r->fetched_bytes, 0u);
-  o.policy = "aslru";
-  EXPECT_TRUE(ReplayThroughStore(t, o).ok());
+  for (const char* policy : {"aslru", "deadline"}) {
+    o.policy = policy;
+    r = ReplayThroughStore(t, o);
+    ASSERT_TRUE(r.ok()) << policy << ": " << r.status().ToString();
+    EXPECT_EQ(r->input_tokens, 5908u);
+    EXPECT_LE(r->hit_tokens, SimulateBelady(t, 3).hit_tokens) << policy;
+  }
 }
 
 TEST(TraceTest, StoreReplayMatchesReferenceOnAGeneratedTrace) {

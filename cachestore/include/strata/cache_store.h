@@ -34,7 +34,7 @@ struct CacheStoreOptions {
   Nanos swa_ttl = Minutes(10);
   Nanos default_read_lease_ttl = Seconds(10);
   Nanos default_write_lease_ttl = Seconds(30);
-  std::string eviction_policy = "lru";  // or "aslru" (docs/eviction-policy.md)
+  std::string eviction_policy = "lru";  // "aslru", "deadline": docs/eviction-policy.md
   uint32_t index_shards = 64;           // a power of two
   // Threads that share one large fetch's verified copy, the caller
   // included; 0 = min(2, hardware threads).

@@ -16,7 +16,7 @@ namespace strata::trace {
 
 struct ReplayOptions {
   uint64_t capacity_tokens = 3'000'000;
-  std::string policy = "aslru";
+  std::string policy = "deadline";
   // false: metadata-only entries (a 65-byte payload per block, for policy
   // studies at full speed); true: 890 B/token V4.1 global KV per block,
   // fetched on every hit.
