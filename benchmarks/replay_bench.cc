@@ -1,6 +1,8 @@
 #include "replay_bench.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "bench_util.h"
 #include "strata/trace/reference_policies.h"
@@ -17,17 +19,25 @@ int RunReplayBench(const ReplayBenchOptions& o) {
   }
   std::vector<trace::TraceRequest> requests = std::move(loaded).value();
   if (o.max_requests > 0 && requests.size() > o.max_requests) requests.resize(o.max_requests);
-  const uint64_t capacity_blocks = o.capacity_tokens / trace::kTraceBlockTokens;
+  // Two tiers are inclusive (every block is written back), so the
+  // references get the larger tier's capacity: the bound to compare with.
+  const uint64_t reference_tokens = std::max(o.capacity_tokens, o.ssd_capacity_tokens);
+  const uint64_t capacity_blocks = reference_tokens / trace::kTraceBlockTokens;
   std::fprintf(stderr,
-               "strata-bench replay: %zu requests, %llu input tokens, capacity %llu tokens\n",
+               "strata-bench replay: %zu requests, %llu input tokens, capacity %llu tokens%s\n",
                requests.size(), static_cast<unsigned long long>(trace::InputTokens(requests)),
-               static_cast<unsigned long long>(o.capacity_tokens));
+               static_cast<unsigned long long>(o.capacity_tokens),
+               o.ssd_capacity_tokens > 0
+                   ? (" (DRAM) + " + std::to_string(o.ssd_capacity_tokens) + " (SSD)").c_str()
+                   : "");
 
   auto replay = [&](const std::string& policy) -> Result<trace::ReplayResult> {
     trace::ReplayOptions ro;
     ro.capacity_tokens = o.capacity_tokens;
     ro.policy = policy;
     ro.full_payload = o.full_payload;
+    ro.ssd_capacity_tokens = o.ssd_capacity_tokens;
+    ro.ssd_dir = o.ssd_dir;
     const std::string label = "replay (" + policy + ")";
     ro.progress = [label](size_t done, size_t total) { Progress(label.c_str(), done, total); };
     return trace::ReplayThroughStore(requests, ro);
@@ -52,6 +62,8 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     j.Add("trace", o.trace);
     j.Add("requests", static_cast<double>(requests.size()));
     j.Add("capacity_tokens", static_cast<double>(o.capacity_tokens));
+    j.Add("ssd_capacity_tokens", static_cast<double>(o.ssd_capacity_tokens));
+    j.Add("reference_capacity_tokens", static_cast<double>(reference_tokens));
     j.Add("policy", o.policy);
     j.AddBool("full_payload", o.full_payload);
     j.Add("hit_ratio", r.hit_ratio());
@@ -63,6 +75,8 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     j.Add("ops_per_s", r.ops_per_s());
     j.Add("block_ops", static_cast<double>(r.block_ops));
     j.Add("evictions", static_cast<double>(r.evictions));
+    j.Add("ssd_promotions", static_cast<double>(r.ssd_promotions));
+    j.Add("ssd_evictions", static_cast<double>(r.ssd_evictions));
     j.Add("fetched_bytes", static_cast<double>(r.fetched_bytes));
     j.Add("committed_bytes", static_cast<double>(r.committed_bytes));
     j.Add("seconds", r.seconds);
@@ -73,15 +87,25 @@ int RunReplayBench(const ReplayBenchOptions& o) {
   t.Add("requests / capacity",
         std::to_string(requests.size()) + " / " + std::to_string(o.capacity_tokens) + " tokens",
         o.full_payload ? "full payload (890 B/token)" : "metadata only");
+  if (o.ssd_capacity_tokens > 0) {
+    t.Add("SSD tier", std::to_string(o.ssd_capacity_tokens) + " tokens",
+          "references at " + std::to_string(reference_tokens) + " tokens (tiers are inclusive)");
+  }
   t.Add("hit ratio, store + " + o.policy, Fixed(r.hit_ratio(), 4),
         "x" + Fixed(r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12), 2) + " of LRU, " +
             Fixed(100 * r.hit_ratio() / std::max(belady.ratio(), 1e-12), 1) + "% of optimum");
-  t.Add("hit ratio, store + lru", Fixed(lru_store->hit_ratio(), 4), "the replay itself");
+  t.Add("hit ratio, store + lru", Fixed(lru_store->hit_ratio(), 4),
+        o.ssd_capacity_tokens > 0 ? "DRAM lru; the SSD tier evicts by last access"
+                                  : "the replay itself");
   t.Add("hit ratio, LRU reference", Fixed(lru_ref.ratio(), 4), "simulated from the trace alone");
   t.Add("hit ratio, Belady (offline optimum)", Fixed(belady.ratio(), 4), "");
   t.Add("block ops/s (" + o.policy + ")", Fixed(r.ops_per_s() / 1e6, 2) + " M",
         std::to_string(r.block_ops) + " lookups+inserts in " + Fixed(r.seconds, 2) + " s");
-  t.Add("evictions", std::to_string(r.evictions), "");
+  t.Add("evictions", std::to_string(r.evictions), o.ssd_capacity_tokens > 0 ? "DRAM" : "");
+  if (o.ssd_capacity_tokens > 0) {
+    t.Add("SSD promotions / evictions",
+          std::to_string(r.ssd_promotions) + " / " + std::to_string(r.ssd_evictions), "");
+  }
   if (o.full_payload) {
     t.Add("bytes fetched / committed",
           Fixed(r.fetched_bytes / 1e9, 2) + " / " + Fixed(r.committed_bytes / 1e9, 2) + " GB", "");

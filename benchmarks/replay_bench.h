@@ -13,6 +13,8 @@ struct ReplayBenchOptions {
   uint64_t capacity_tokens = 3'000'000;
   std::string policy = "deadline";
   bool full_payload = false;
+  uint64_t ssd_capacity_tokens = 0;  // 0: DRAM only
+  std::string ssd_dir = "/var/tmp";
   size_t max_requests = 0;  // 0: all
   bool json = false;
 
@@ -23,6 +25,11 @@ struct ReplayBenchOptions {
     app.add_option("--policy", policy, "Eviction policy under test: deadline, aslru or lru");
     app.add_flag("--full-payload", full_payload,
                  "Store and fetch 890 B/token of global KV per block (default: metadata only)");
+    app.add_option("--ssd-capacity-tokens", ssd_capacity_tokens,
+                   "Two tiers: an SSD tier of this many tokens behind the DRAM tier (0: off)");
+    app.add_option("--ssd-dir", ssd_dir,
+                   "Where the SSD tier's files go (a fresh subdirectory, removed afterwards; "
+                   "needs O_DIRECT)");
     app.add_option("--max-requests", max_requests, "Replay only the first N requests");
     app.add_flag("--json", json, "Print one JSON object instead of a table");
   }

@@ -140,6 +140,34 @@ class SsdStoreTest : public ::testing::Test {
   std::unique_ptr<CacheStore> store_;
 };
 
+TEST_F(SsdStoreTest, LeavingDramRenewsTheSsdCopysRecency) {
+  // Hits served from DRAM never reach the SSD copy. Unless leaving DRAM
+  // counts as a use, a block that was hot in DRAM is the oldest on SSD and
+  // goes first there, just when DRAM has let go of it.
+  CacheStoreOptions o = Options();
+  o.dram.capacity_bytes = 4 * 4096;  // four tiny blocks
+  o.high_watermark = o.low_watermark = 1.0;
+  o.ssd->capacity_bytes = 8 * SsdIoBytes(TinyGlobalLayout().PayloadBytes());
+  o.ssd->high_watermark = o.ssd->low_watermark = 1.0;
+  Open(o);
+  auto block = [](uint32_t seed) { return Tokens(kTinyBlockTokens, seed); };
+  auto commit = [&](uint32_t seed) {
+    clock_.Advance(Seconds(1));
+    Commit(block(seed));
+    store_->FlushWriteBack();
+  };
+  for (uint32_t seed = 1; seed <= 4; ++seed) commit(seed);  // block 1 is the oldest write
+  clock_.Advance(Seconds(1));
+  ASSERT_EQ(Match(block(1)).blocks.size(), 1u);             // a DRAM hit
+  for (uint32_t seed = 5; seed <= 8; ++seed) commit(seed);  // DRAM lets go of 2, 3, 4, then 1
+  EXPECT_EQ(store_->Stats().ssd.entries, 8u);
+  commit(9);  // the SSD tier is full: one entry must go, and not block 1
+  EXPECT_EQ(store_->Stats().ssd.evictions, 1u);
+  const MatchResult m = Match(block(1));
+  ASSERT_EQ(m.blocks.size(), 1u);
+  EXPECT_EQ(m.blocks[0].tier, Tier::kSsd);
+}
+
 TEST_F(SsdStoreTest, WrittenBackBlocksAreServedAfterRestart) {
   Open();
   const std::vector<uint32_t> tokens = Tokens(8 * kTinyBlockTokens, 1);

@@ -633,11 +633,17 @@ struct CacheStore::Impl {
     Entry* victim = policy->PickVictim([&](const Entry& e) { return EvictableLocked(e, now); },
                                        kMaxVictimScan, reserved_bytes + incoming_bytes);
     if (victim == nullptr) return false;
+    const EntryKey key = victim->key;
+    const ModelId model = victim->model_id;
     // A reader may have pinned it since PickVictim looked.
     if (!EraseIfUnpinnedLocked(victim)) {
       policy->OnAccess(victim);
       return true;  // not evicted, but progress: try the next one
     }
+    // Leaving DRAM counts as a use for the SSD tier's recency: hits served
+    // from DRAM never reach the SSD copy, which would otherwise age from its
+    // write and be evicted first exactly when the block was hot.
+    if (SsdAdmits(key.kind)) ssd->Touch(SsdKeyOf(key, model));
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
     return true;

@@ -145,5 +145,37 @@ TEST(TraceTest, GeneratorIsDeterministicAndPrefixConsistent) {
   EXPECT_FALSE(TraceGeneratorOptions::Preset("nope").ok());
 }
 
+TEST(TraceTest, TwoTierReplayServesEvictedBlocksFromSsd) {
+  TraceGeneratorOptions g;
+  g.conversations = 60;
+  g.duration_s = 300;
+  g.max_context_tokens = 16 * kTraceBlockTokens;
+  const auto t = GenerateTrace(g);
+  ReplayOptions o;
+  o.policy = "lru";
+  o.capacity_tokens = 24 * kTraceBlockTokens;  // DRAM: longer than any request
+  auto dram_only = ReplayThroughStore(t, o);
+  ASSERT_TRUE(dram_only.ok()) << dram_only.status().ToString();
+  // An SSD tier that holds every block: a block seen before is always found
+  // (in DRAM, or on SSD and promoted), exactly as with unbounded capacity.
+  o.ssd_capacity_tokens = 100'000 * kTraceBlockTokens;
+  auto two_tier = ReplayThroughStore(t, o);
+  ASSERT_TRUE(two_tier.ok()) << two_tier.status().ToString();
+  EXPECT_EQ(two_tier->hit_tokens, SimulateLru(t, 100'000).hit_tokens);
+  EXPECT_GT(two_tier->hit_tokens, dram_only->hit_tokens);
+  EXPECT_GT(two_tier->ssd_promotions, 0u);
+  EXPECT_EQ(two_tier->ssd_evictions, 0u);
+  // A small SSD tier evicts, and stays under the optimum at its capacity.
+  o.ssd_capacity_tokens = 60 * kTraceBlockTokens;
+  o.policy = "deadline";
+  auto small = ReplayThroughStore(t, o);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_GT(small->ssd_evictions, 0u);
+  EXPECT_LE(small->hit_tokens, SimulateBelady(t, 60).hit_tokens);
+  // A directory that cannot be created is an error, not a crash.
+  o.ssd_dir = "/proc/no-such-dir";
+  EXPECT_EQ(ReplayThroughStore(t, o).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace strata::trace

@@ -144,7 +144,8 @@ class SsdTier {
   // Index lookup; no I/O. Expired entries are misses.
   std::optional<SsdEntryMeta> Lookup(const SsdKey& key) const;
   bool Contains(const SsdKey& key) const { return Lookup(key).has_value(); }
-  // Records a use (for eviction order) without reading.
+  // Records a use (for eviction order) without reading. Never waits for an
+  // eviction scan: queued, applied before the next one.
   void Touch(const SsdKey& key);
   Status Erase(const SsdKey& key);
   // Every unexpired entry of namespace `ns`, for admin calls (a scan of the

@@ -90,8 +90,13 @@ struct SsdTier::Impl {
 
   mutable std::mutex mu;
   std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
-  std::unordered_set<std::string> pending;             // keys being written
-  std::vector<SsdSpace> space;                         // per file
+  // Uses recorded by Touch, applied to last_access under `mu` before it is
+  // read: Touch runs on the DRAM tier's hot paths (under its locks) and
+  // must not wait for `mu`, which an eviction scan holds for a while.
+  mutable std::mutex touch_mu;
+  mutable std::vector<std::pair<std::string, Nanos>> touches;  // touch_mu
+  std::unordered_set<std::string> pending;                     // keys being written
+  std::vector<SsdSpace> space;                                 // per file
   uint32_t next_file = 0;
   bool writes_enabled = true;
   Nanos writes_retry_at = 0;
@@ -123,6 +128,35 @@ struct SsdTier::Impl {
   }
 
   // ---- space (mu held) ------------------------------------------------------
+
+  static constexpr size_t kMaxQueuedTouches = 1 << 16;
+
+  void QueueTouch(std::string key, Nanos at) const {
+    {
+      std::lock_guard lock(touch_mu);
+      if (touches.size() < kMaxQueuedTouches) {
+        touches.emplace_back(std::move(key), at);
+        return;
+      }
+    }
+    // Full: apply the queue if `mu` is free now; if not, this use is lost
+    // (recency is a hint; eviction stays correct either way).
+    std::unique_lock lock(mu, std::try_to_lock);
+    if (lock.owns_lock()) ApplyTouchesLocked();
+  }
+
+  void ApplyTouchesLocked() const {
+    std::vector<std::pair<std::string, Nanos>> batch;
+    {
+      std::lock_guard lock(touch_mu);
+      batch.swap(touches);
+    }
+    for (const auto& [k, at] : batch) {
+      auto it = records.find(k);
+      if (it != records.end())
+        it->second->meta.last_access = std::max(it->second->meta.last_access, at);
+    }
+  }
 
   uint64_t UsedLocked() const {
     uint64_t used = 0;
@@ -194,6 +228,7 @@ struct SsdTier::Impl {
     const uint64_t high = static_cast<uint64_t>(opts.high_watermark * static_cast<double>(cap));
     const uint64_t low = static_cast<uint64_t>(opts.low_watermark * static_cast<double>(cap));
     if (!ttl && UsedLocked() + incoming <= high) return;
+    ApplyTouchesLocked();
     std::vector<std::pair<Nanos, const std::string*>> by_age;
     for (const auto& [k, r] : records) {
       if (ttl && r->meta.expiry <= now && r->readers == 0) {
@@ -715,10 +750,7 @@ std::optional<SsdEntryMeta> SsdTier::Lookup(const SsdKey& key) const {
 }
 
 void SsdTier::Touch(const SsdKey& key) {
-  const std::string k = EncodeSsdKey(key);
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->records.find(k);
-  if (it != impl_->records.end()) it->second->meta.last_access = impl_->clock->Now();
+  impl_->QueueTouch(EncodeSsdKey(key), impl_->clock->Now());
 }
 
 Status SsdTier::Erase(const SsdKey& key) {
@@ -739,6 +771,7 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) 
   std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
   const Nanos now = impl_->clock->Now();
   std::lock_guard lock(impl_->mu);
+  impl_->ApplyTouchesLocked();
   for (const auto& [k, record] : impl_->records) {
     if (record->meta.expiry <= now) continue;
     std::optional<SsdKey> key = DecodeSsdKey(k);

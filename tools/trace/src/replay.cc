@@ -1,7 +1,12 @@
 #include "strata/trace/replay.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <unordered_map>
 
 #include "strata/cache_store.h"
@@ -43,6 +48,34 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
   so.maintenance_interval = 0;
   so.eviction_policy = o.policy;
   so.extra_layouts = {layout};
+  const bool two_tier = o.ssd_capacity_tokens > 0;
+  // Owned by this call: removed on every return, after the store closes.
+  struct OwnedDir {
+    std::string path;
+    ~OwnedDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  } ssd_dir;
+  if (two_tier) {
+    const uint64_t ssd_blocks = o.ssd_capacity_tokens / kTraceBlockTokens;
+    if (ssd_blocks == 0) return InvalidArgument("SSD capacity below one block");
+    std::string tmpl = o.ssd_dir + "/strata-replay-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return InvalidArgument("cannot create a directory under " + o.ssd_dir + ": " +
+                             std::strerror(errno));
+    }
+    ssd_dir.path = tmpl;
+    SsdTierOptions ssd;
+    ssd.dir = ssd_dir.path;
+    ssd.capacity_bytes = ssd_blocks * SsdIoBytes(layout.PayloadBytes());
+    ssd.high_watermark = ssd.low_watermark = 1.0;  // evict on demand, like DRAM here
+    ssd.ttl = so.global_kv_ttl;
+    ssd.sync = false;        // a replay needs no crash safety
+    ssd.min_free_bytes = 0;  // the capacity is what the run may use
+    so.ssd = ssd;
+    so.ssd_admission = CacheStoreOptions::SsdAdmission::kAllGlobalKv;
+  }
   auto opened = CacheStore::Open(so);
   if (!opened.ok()) return opened.status();
   std::unique_ptr<CacheStore> store = std::move(opened).value();
@@ -92,7 +125,9 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
     mreq.keys = keys;
     mreq.block_tokens = kTraceBlockTokens;
     mreq.want_swa = false;
-    mreq.take_lease = o.full_payload;
+    // Promotion needs a lease: it pins the promoted blocks for the caller.
+    mreq.take_lease = o.full_payload || two_tier;
+    mreq.promote_ssd = two_tier;
     auto m = store->MatchKeys(caller, mreq);
     if (!m.ok()) return m.status();
     size_t hit = m->blocks.size();
@@ -109,8 +144,8 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
       const FetchOutcome fetched = store->Fetch(caller, freq).Wait();
       hit = fetched.blocks_ready;  // only verified bytes count as a hit
       out.fetched_bytes += fetched.bytes;
-      (void)store->Abort(caller, m->lease);
     }
+    if (m->lease != 0) (void)store->Abort(caller, m->lease);
     out.input_tokens += r.input_length;
     out.hit_tokens += PrefixTokens(r, hit);
 
@@ -135,13 +170,19 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
       out.inserts += res->published;
       out.committed_bytes += uint64_t{res->published} * payload.size();
     }
+    // Written back before the next request, so the SSD tier's content does
+    // not depend on the write-back thread's timing.
+    if (two_tier) store->FlushWriteBack();
     if (o.progress && ((i + 1) % o.progress_every == 0 || i + 1 == requests.size())) {
       o.progress(i + 1, requests.size());
     }
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.block_ops = out.lookups + out.inserts;
-  for (uint64_t n : store->Stats().evictions) out.evictions += n;
+  const StoreStats stats = store->Stats();
+  for (uint64_t n : stats.evictions) out.evictions += n;
+  out.ssd_promotions = stats.ssd_promotions;
+  out.ssd_evictions = stats.ssd.evictions;
   return out;
 }
 

@@ -1,7 +1,9 @@
 // Drives a real in-process CacheStore with a trace: per request, match by
 // chain keys -> fetch the hit (full-payload mode) -> commit every missed
 // block, at a given capacity in tokens. Hash ids map to chain keys as if
-// each id were the block's content, so shared ids share keys.
+// each id were the block's content, so shared ids share keys. With an SSD
+// tier (two-tier mode) every commit is written back and a match promotes
+// SSD-only blocks into DRAM, as a node does for a remote match.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,11 @@ struct ReplayOptions {
   // studies at full speed); true: 890 B/token V4.1 global KV per block,
   // fetched on every hit.
   bool full_payload = false;
+  // Two-tier mode when > 0: an SSD tier of this many tokens (inclusive of
+  // DRAM: every committed block is written back), in a fresh directory
+  // under `ssd_dir` (which must support O_DIRECT), removed afterwards.
+  uint64_t ssd_capacity_tokens = 0;
+  std::string ssd_dir = "/var/tmp";
   // Called every `progress_every` requests with (done, total).
   std::function<void(size_t, size_t)> progress;
   size_t progress_every = 1000;
@@ -34,7 +41,9 @@ struct ReplayResult {
   uint64_t inserts = 0;
   uint64_t fetched_bytes = 0;
   uint64_t committed_bytes = 0;
-  uint64_t evictions = 0;
+  uint64_t evictions = 0;       // DRAM
+  uint64_t ssd_promotions = 0;  // blocks read from SSD into DRAM (two-tier mode)
+  uint64_t ssd_evictions = 0;
   double seconds = 0;
 
   double hit_ratio() const {
