@@ -52,7 +52,7 @@ class ReuseDeadlinePolicy final : public EvictionPolicy {
     uint64_t uses = 0;
     if (const std::optional<GhostTable::Remembered> g = ghosts_.Take(EntryKeyHash{}(e->key))) {
       // Back after an eviction: a reuse the cache did not wait for.
-      Record(g->tag, now - Tick(g->value), e->extent.length);
+      Record(ClassOf(g->value), now - Tick(g->value), e->extent.length);
       uses = Uses(g->value) + 1;
     }
     Place(e, uses, now);
@@ -80,7 +80,8 @@ class ReuseDeadlinePolicy final : public EvictionPolicy {
     e->in_policy = false;
     size_t resident = 0;
     for (const EntryList& l : lists_) resident += l.count;
-    ghosts_.Add(EntryKeyHash{}(e->key), static_cast<uint8_t>(ClassOf(e->policy_aux)), e->policy_aux,
+    // The remembered aux carries the class; no tag needed.
+    ghosts_.Add(EntryKeyHash{}(e->key), 0, e->policy_aux,
                 std::max(kGhostFactor * resident, kMinGhosts));
   }
 

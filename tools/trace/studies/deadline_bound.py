@@ -23,15 +23,26 @@ uses=collections.defaultdict(list)
 for i,r in enumerate(reqs):
     for h in r['hash_ids']: uses[h].append(i)
 def tok(r,j): return min(B, r['input_length']-B*j) if j==len(r['hash_ids'])-1 else B
+def leading_run(hs, present):
+    """How many of hs, from the first, are in `present`."""
+    run=0
+    for h in hs:
+        if h not in present: break
+        run+=1
+    return run
+def features(r, j, earlier_uses, seen_run, gap):
+    """The classes a block use can be put in, all known online."""
+    n=len(r['hash_ids'])
+    return dict(occ=min(earlier_uses,4), last=(j==n-1),
+                lb=(0 if n<8 else 1 if n<16 else 2 if n<32 else 3),
+                hb=(0 if seen_run<=1 else 1 if seen_run<n-1 else 2),
+                gap=(None if gap is None else min(int(np.log2(max(gap,1))),12)))
 cnt=collections.Counter()
 lastuse={}
 rows=[]  # (class, d, tokens_of_next_use)
 for i,r in enumerate(reqs):
-    hs=r['hash_ids']; n=len(hs)
-    run=0
-    for h in hs:
-        if h in cnt: run+=1
-        else: break
+    hs=r['hash_ids']
+    run=leading_run(hs, cnt)
     for j,h in enumerate(hs):
         c=cnt[h]; cnt[h]+=1
         u=uses[h]; k=bisect.bisect_right(u,i)
@@ -40,10 +51,7 @@ for i,r in enumerate(reqs):
         else: d=None; t=0
         gap = (i-lastuse[h]) if h in lastuse else None
         lastuse[h]=i
-        feats=dict(occ=min(c,4), last=(j==n-1), lb=(0 if n<8 else 1 if n<16 else 2 if n<32 else 3),
-                   hb=(0 if run<=1 else 1 if run<n-1 else 2),
-                   gap=(None if gap is None else min(int(np.log2(max(gap,1))),12)), ob=min(int(np.log2(r["output_length"]+1)),11), ib=min(int(np.log2(r["input_length"]+1)),17))
-        rows.append((feats,d,t))
+        rows.append((features(r,j,c,run,gap),d,t))
 cap_req = {1_000_000:1953, 3_000_000:5859, 10_000_000:19531}
 def bound(keyf, cap):
     groups=collections.defaultdict(list)
@@ -77,21 +85,13 @@ def simulate(cap_tokens, keyf, A):
     hit=0
     for i,r in enumerate(reqs):
         hs=r['hash_ids']; n=len(hs)
-        run_=0
-        for h in hs:
-            if h in prio: run_+=1
-            else: break
+        run_=leading_run(hs, prio)
         for j in range(run_): hit+=tok(r,j)
-        srun=0
-        for h in hs:
-            if h in cnt: srun+=1
-            else: break
+        srun=leading_run(hs, cnt)
         for j in range(n-1,-1,-1):
             h=hs[j]
             c=cnt[h]; gap=(i-lastuse[h]) if h in lastuse else None
-            f=dict(occ=min(c,4), last=(j==n-1), lb=(0 if n<8 else 1 if n<16 else 2 if n<32 else 3),
-                   hb=(0 if srun<=1 else 1 if srun<n-1 else 2), gap=(None if gap is None else min(int(np.log2(max(gap,1))),12)))
-            a=A.get(keyf(f),0)
+            a=A.get(keyf(features(r,j,c,srun,gap)),0)
             new = h not in prio
             if new:
                 while len(prio)>=cap:
