@@ -31,10 +31,12 @@ int RunReplayBench(const ReplayBenchOptions& o) {
                    ? (" (DRAM) + " + std::to_string(o.ssd_capacity_tokens) + " (SSD)").c_str()
                    : "");
 
-  auto replay = [&](const std::string& policy) -> Result<trace::ReplayResult> {
+  auto replay = [&](const std::string& policy,
+                    const std::string& ssd_policy) -> Result<trace::ReplayResult> {
     trace::ReplayOptions ro;
     ro.capacity_tokens = o.capacity_tokens;
     ro.policy = policy;
+    ro.ssd_policy = ssd_policy;
     ro.full_payload = o.full_payload;
     ro.ssd_capacity_tokens = o.ssd_capacity_tokens;
     ro.ssd_dir = o.ssd_dir;
@@ -42,13 +44,15 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     ro.progress = [label](size_t done, size_t total) { Progress(label.c_str(), done, total); };
     return trace::ReplayThroughStore(requests, ro);
   };
-  auto tested = replay(o.policy);
+  auto tested = replay(o.policy, o.ssd_policy);
   if (!tested.ok()) {
     std::fprintf(stderr, "strata-bench replay: %s\n", tested.status().ToString().c_str());
     return 1;
   }
   // The same store with LRU validates the replay against the reference line.
-  auto lru_store = o.policy == "lru" ? tested : replay("lru");
+  auto lru_store = o.policy == "lru" && (o.ssd_capacity_tokens == 0 || o.ssd_policy == "lru")
+                       ? tested
+                       : replay("lru", "lru");
   if (!lru_store.ok()) {
     std::fprintf(stderr, "strata-bench replay: %s\n", lru_store.status().ToString().c_str());
     return 1;
@@ -65,6 +69,7 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     j.Add("ssd_capacity_tokens", static_cast<double>(o.ssd_capacity_tokens));
     j.Add("reference_capacity_tokens", static_cast<double>(reference_tokens));
     j.Add("policy", o.policy);
+    if (o.ssd_capacity_tokens > 0) j.Add("ssd_policy", o.ssd_policy);
     j.AddBool("full_payload", o.full_payload);
     j.Add("hit_ratio", r.hit_ratio());
     j.Add("lru_hit_ratio", lru_store->hit_ratio());
@@ -88,15 +93,14 @@ int RunReplayBench(const ReplayBenchOptions& o) {
         std::to_string(requests.size()) + " / " + std::to_string(o.capacity_tokens) + " tokens",
         o.full_payload ? "full payload (890 B/token)" : "metadata only");
   if (o.ssd_capacity_tokens > 0) {
-    t.Add("SSD tier", std::to_string(o.ssd_capacity_tokens) + " tokens",
+    t.Add("SSD tier", std::to_string(o.ssd_capacity_tokens) + " tokens, " + o.ssd_policy,
           "references at " + std::to_string(reference_tokens) + " tokens (tiers are inclusive)");
   }
   t.Add("hit ratio, store + " + o.policy, Fixed(r.hit_ratio(), 4),
         "x" + Fixed(r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12), 2) + " of LRU, " +
             Fixed(100 * r.hit_ratio() / std::max(belady.ratio(), 1e-12), 1) + "% of optimum");
   t.Add("hit ratio, store + lru", Fixed(lru_store->hit_ratio(), 4),
-        o.ssd_capacity_tokens > 0 ? "DRAM lru; the SSD tier evicts by last access"
-                                  : "the replay itself");
+        o.ssd_capacity_tokens > 0 ? "both tiers lru" : "the replay itself");
   t.Add("hit ratio, LRU reference", Fixed(lru_ref.ratio(), 4), "simulated from the trace alone");
   t.Add("hit ratio, Belady (offline optimum)", Fixed(belady.ratio(), 4), "");
   t.Add("block ops/s (" + o.policy + ")", Fixed(r.ops_per_s() / 1e6, 2) + " M",

@@ -15,6 +15,7 @@ struct ReplayBenchOptions {
   bool full_payload = false;
   uint64_t ssd_capacity_tokens = 0;  // 0: DRAM only
   std::string ssd_dir = "/var/tmp";
+  std::string ssd_policy = "lru";
   size_t max_requests = 0;  // 0: all
   bool json = false;
 
@@ -30,6 +31,8 @@ struct ReplayBenchOptions {
     app.add_option("--ssd-dir", ssd_dir,
                    "Where the SSD tier's files go (a fresh subdirectory, removed afterwards; "
                    "needs O_DIRECT)");
+    app.add_option("--ssd-policy", ssd_policy,
+                   "The SSD tier's eviction policy under test: deadline or lru");
     app.add_option("--max-requests", max_requests, "Replay only the first N requests");
     app.add_flag("--json", json, "Print one JSON object instead of a table");
   }

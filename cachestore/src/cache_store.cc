@@ -377,7 +377,10 @@ struct CacheStore::Impl {
     for (size_t w = 0, r = 0; w < which.size(); ++w) {
       if (staged[w] == nullptr) continue;
       const size_t i = which[w];
+      const SsdRead& done = reads[r];
       results[i] = Publish(staged[w], read[r++], parents[i], now);
+      // Served from SSD: a use of the SSD copy, which now shadows DRAM.
+      if (results[i].ok()) ssd->Touch(done.key, SsdTouch::kUse);
     }
   }
 
@@ -635,15 +638,18 @@ struct CacheStore::Impl {
     if (victim == nullptr) return false;
     const EntryKey key = victim->key;
     const ModelId model = victim->model_id;
+    const auto hits = static_cast<uint32_t>(
+        std::min<uint64_t>(victim->hits.load(std::memory_order_relaxed), UINT32_MAX));
     // A reader may have pinned it since PickVictim looked.
     if (!EraseIfUnpinnedLocked(victim)) {
       policy->OnAccess(victim);
       return true;  // not evicted, but progress: try the next one
     }
-    // Leaving DRAM counts as a use for the SSD tier's recency: hits served
-    // from DRAM never reach the SSD copy, which would otherwise age from its
-    // write and be evicted first exactly when the block was hot.
-    if (SsdAdmits(key.kind)) ssd->Touch(SsdKeyOf(key, model));
+    // Leaving DRAM renews the SSD copy: hits served from DRAM never reach
+    // it, so it would otherwise age from its write and be evicted first
+    // exactly when the block was hot. For the SSD tier's deadline policy
+    // this starts the copy's holding time, classed by the DRAM hits.
+    if (SsdAdmits(key.kind)) ssd->Touch(SsdKeyOf(key, model), SsdTouch::kRenew, hits);
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
     return true;

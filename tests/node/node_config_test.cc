@@ -37,6 +37,7 @@ ssd_bytes: 2TiB
 ssd_data_files: 4
 ssd_sync: false
 ssd_admission: hit_once
+ssd_eviction_policy: deadline
 )");
   auto c = LoadNodeConfig(path);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -55,6 +56,7 @@ ssd_admission: hit_once
   EXPECT_EQ(c->ssd_data_files, 4u);
   EXPECT_FALSE(c->ssd_sync);
   EXPECT_EQ(c->ssd_admission, "hit_once");
+  EXPECT_EQ(c->ssd_eviction_policy, "deadline");
 
   // Relative file names are relative to the config file.
   auto rel = LoadNodeConfig(
@@ -104,6 +106,9 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
   c.ssd_admission = "sometimes";
   EXPECT_NE(ValidateNodeConfig(c).message().find("ssd_admission"), std::string::npos);
   c.ssd_admission = "all";
+  c.ssd_eviction_policy = "mru";
+  EXPECT_NE(ValidateNodeConfig(c).message().find("ssd_eviction_policy"), std::string::npos);
+  c.ssd_eviction_policy = "lru";
   EXPECT_NE(ApplyNodeConfigOverride(&c, "ssd_sync=maybe").message().find("ssd_sync"),
             std::string::npos);
   EXPECT_NE(ApplyNodeConfigOverride(&c, "ssd_data_files=0").message().find("ssd_data_files"),

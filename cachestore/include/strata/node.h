@@ -33,8 +33,9 @@ struct NodeConfig {
   std::string ssd_index_dir;  // default <ssd_dir>/index
   uint64_t ssd_bytes = 64ull << 30;
   uint32_t ssd_data_files = 1;
-  bool ssd_sync = true;               // fdatasync data before its index entry
-  std::string ssd_admission = "all";  // all (every GLOBAL_KV commit) or hit_once
+  bool ssd_sync = true;                     // fdatasync data before its index entry
+  std::string ssd_admission = "all";        // all (every GLOBAL_KV commit) or hit_once
+  std::string ssd_eviction_policy = "lru";  // lru or deadline
   // Bearer tokens: one "sha256:<hex of the token> <namespace> <role>" per
   // line (role: read, write or admin; namespace "*" is the operator, admin
   // calls only). Required: a node never serves unauthenticated callers.

@@ -48,6 +48,11 @@ struct SsdTierOptions {
   double high_watermark = 0.95;           // eviction starts above high x capacity
   double low_watermark = 0.85;            // ... and stops below low x capacity
   Nanos ttl = Hours(72);
+  // Eviction order: "lru" (least recently used first) or "deadline" (per
+  // use-count class holding times learned from reuse distances, as the DRAM
+  // tier's policy of that name; docs/eviction-policy.md). The learned state
+  // lives in memory only: after a restart the tier learns again.
+  std::string eviction_policy = "lru";
   // fdatasync the data before the index points at it, and sync the index
   // write. Off trades crash safety for speed (checksums still catch tears).
   bool sync = true;
@@ -88,6 +93,12 @@ struct SsdEntryMeta {
   Nanos commit_time = 0;  // tier clock
   Nanos expiry = 0;
   Nanos last_access = 0;  // coarse
+};
+
+// What SsdTier::Touch records.
+enum class SsdTouch : uint8_t {
+  kUse,    // a match found the entry on this tier (it is being promoted)
+  kRenew,  // the block just left the DRAM tier: from now on the SSD copy is the one that counts
 };
 
 struct SsdWrite {
@@ -144,9 +155,11 @@ class SsdTier {
   // Index lookup; no I/O. Expired entries are misses.
   std::optional<SsdEntryMeta> Lookup(const SsdKey& key) const;
   bool Contains(const SsdKey& key) const { return Lookup(key).has_value(); }
-  // Records a use (for eviction order) without reading. Never waits for an
-  // eviction scan: queued, applied before the next one.
-  void Touch(const SsdKey& key);
+  // Records a use or a renewal (for eviction order) without reading.
+  // `earlier_uses`: how often the tier above used the block (a hint for the
+  // deadline policy's class). Never waits for an eviction scan: queued,
+  // applied before the next one.
+  void Touch(const SsdKey& key, SsdTouch what = SsdTouch::kUse, uint32_t earlier_uses = 0);
   Status Erase(const SsdKey& key);
   // Every unexpired entry of namespace `ns`, for admin calls (a scan of the
   // in-memory index; no I/O). Times are on the tier's clock, see Now().

@@ -138,6 +138,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
     ssd.ttl = config.global_kv_ttl;
     ssd.high_watermark = config.high_watermark;
     ssd.low_watermark = config.low_watermark;
+    ssd.eviction_policy = config.ssd_eviction_policy;
     opts.ssd = std::move(ssd);
     opts.ssd_admission = config.ssd_admission == "hit_once"
                              ? CacheStoreOptions::SsdAdmission::kHitOnce
@@ -147,7 +148,8 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
       config.ssd_dir.empty() &&
       (!config.ssd_index_dir.empty() || config.ssd_bytes != defaults.ssd_bytes ||
        config.ssd_data_files != defaults.ssd_data_files ||
-       config.ssd_admission != defaults.ssd_admission)) {
+       config.ssd_admission != defaults.ssd_admission ||
+       config.ssd_eviction_policy != defaults.ssd_eviction_policy)) {
     // Settings for a tier that is off: say so, rather than ignore them.
     spdlog::warn("event=ssd_tier_off reason=\"ssd_dir is empty; other ssd_* settings ignored\"");
   }

@@ -115,6 +115,7 @@ const std::map<std::string, Setter>& Setters() {
       {"ssd_data_files", Field(&NodeConfig::ssd_data_files, ParseCount)},
       {"ssd_sync", Field(&NodeConfig::ssd_sync, ParseBool)},
       {"ssd_admission", Text(&NodeConfig::ssd_admission)},
+      {"ssd_eviction_policy", Text(&NodeConfig::ssd_eviction_policy)},
       {"tokens_file", Text(&NodeConfig::tokens_file)},
       {"tls_cert_file", Text(&NodeConfig::tls_cert_file)},
       {"tls_key_file", Text(&NodeConfig::tls_key_file)},
@@ -231,6 +232,9 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   }
   if (c.ssd_admission != "all" && c.ssd_admission != "hit_once") {
     return InvalidArgument("ssd_admission must be all or hit_once");
+  }
+  if (c.ssd_eviction_policy != "lru" && c.ssd_eviction_policy != "deadline") {
+    return InvalidArgument("ssd_eviction_policy must be lru or deadline");
   }
   if (!c.ssd_dir.empty() && c.ssd_bytes < (64ull << 20)) {
     return InvalidArgument("ssd_bytes must be at least 64MiB");

@@ -20,10 +20,14 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ghost_table.h"
+#include "hold_time_model.h"
 #include "ssd/ssd_index.h"
 #include "ssd/ssd_space.h"
 #include "ssd/uring_io.h"
@@ -54,6 +58,11 @@ struct Record {
   bool index_gone = false;  // its index entry is durably deleted
   bool freed = false;
   Nanos persisted_access = 0;
+  // The deadline policy's view (in memory only; see SsdTierOptions).
+  uint64_t tick = 0;   // model time of the last use, write or renewal
+  uint8_t uses = 0;    // earlier uses known to this tier, saturating
+  bool above = false;  // the block is (presumed) in DRAM: this copy is a shadow
+  bool open = false;   // a holding interval was started for the model
 };
 using RecordPtr = std::shared_ptr<Record>;
 
@@ -90,13 +99,25 @@ struct SsdTier::Impl {
 
   mutable std::mutex mu;
   std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
-  // Uses recorded by Touch, applied to last_access under `mu` before it is
-  // read: Touch runs on the DRAM tier's hot paths (under its locks) and
-  // must not wait for `mu`, which an eviction scan holds for a while.
-  mutable std::mutex touch_mu;
-  mutable std::vector<std::pair<std::string, Nanos>> touches;  // touch_mu
-  std::unordered_set<std::string> pending;                     // keys being written
-  std::vector<SsdSpace> space;                                 // per file
+  // Uses and renewals recorded by Touch, applied under `mu` before the
+  // eviction order is read: Touch runs on the DRAM tier's hot paths (under
+  // its locks) and must not wait for `mu`, which an eviction scan holds for
+  // a while.
+  struct QueuedTouch {
+    std::string key;
+    Nanos at = 0;
+    SsdTouch what = SsdTouch::kUse;
+    uint32_t earlier_uses = 0;
+  };
+  std::mutex touch_mu;
+  std::vector<QueuedTouch> touches;         // touch_mu
+  std::unordered_set<std::string> pending;  // keys being written
+  // The "deadline" policy (absent for "lru"): holding times per class of
+  // earlier uses, and fingerprints of evicted keys so a rewrite after an
+  // eviction counts as a reuse the tier missed. Both under `mu`.
+  std::optional<HoldTimeModel> model;
+  GhostTable ghosts;
+  std::vector<SsdSpace> space;  // per file
   uint32_t next_file = 0;
   bool writes_enabled = true;
   Nanos writes_retry_at = 0;
@@ -131,32 +152,128 @@ struct SsdTier::Impl {
 
   static constexpr size_t kMaxQueuedTouches = 1 << 16;
 
-  void QueueTouch(std::string key, Nanos at) const {
+  void QueueTouch(QueuedTouch t) {
     {
       std::lock_guard lock(touch_mu);
       if (touches.size() < kMaxQueuedTouches) {
-        touches.emplace_back(std::move(key), at);
+        touches.push_back(std::move(t));
         return;
       }
     }
-    // Full: apply the queue if `mu` is free now; if not, this use is lost
-    // (recency is a hint; eviction stays correct either way).
+    // Full: apply the queue and this touch if `mu` is free now; if not, this
+    // touch is lost (order is a hint; eviction stays correct either way).
     std::unique_lock lock(mu, std::try_to_lock);
-    if (lock.owns_lock()) ApplyTouchesLocked();
+    if (!lock.owns_lock()) return;
+    ApplyTouchesLocked();
+    ApplyTouchLocked(t);
   }
 
-  void ApplyTouchesLocked() const {
-    std::vector<std::pair<std::string, Nanos>> batch;
+  void ApplyTouchesLocked() {
+    std::vector<QueuedTouch> batch;
     {
       std::lock_guard lock(touch_mu);
       batch.swap(touches);
     }
-    for (const auto& [k, at] : batch) {
-      auto it = records.find(k);
-      if (it != records.end())
-        it->second->meta.last_access = std::max(it->second->meta.last_access, at);
+    for (const QueuedTouch& t : batch) ApplyTouchLocked(t);
+  }
+
+  void ApplyTouchLocked(const QueuedTouch& t) {
+    auto it = records.find(t.key);
+    if (it == records.end()) return;
+    Record& r = *it->second;
+    r.meta.last_access = std::max(r.meta.last_access, t.at);
+    if (!model.has_value()) return;
+    if (t.what == SsdTouch::kUse) {
+      // A use while already a shadow is the same use seen twice (a match,
+      // then the fetch that promotes).
+      if (r.above) {
+        r.tick = model->now();
+        return;
+      }
+      // Served from here: the interval that started when the block last
+      // left DRAM paid off. The block goes to DRAM, so this copy is a
+      // shadow again.
+      const uint64_t now = model->Advance();
+      if (r.open) model->Reused(HoldTimeModel::ClassOf(r.uses), now - r.tick, r.meta.extent_bytes);
+      r.uses = static_cast<uint8_t>(std::min<uint32_t>(r.uses + 1u, 255));
+      r.tick = now;
+      r.above = true;
+      r.open = false;
+      return;
+    }
+    // Left DRAM: from now on only this copy can serve the block.
+    if (r.open)
+      model->Ended(HoldTimeModel::ClassOf(r.uses), model->now() - r.tick, r.meta.extent_bytes);
+    r.uses =
+        static_cast<uint8_t>(std::min<uint32_t>(std::max<uint32_t>(r.uses, t.earlier_uses), 255));
+    r.tick = model->now();
+    r.above = false;
+    r.open = true;
+    model->Start(HoldTimeModel::ClassOf(r.uses), r.meta.extent_bytes);
+  }
+
+  // A new record under the deadline policy: a shadow of the DRAM entry it
+  // was written from. A key evicted earlier and written again is a reuse
+  // this tier did not wait for.
+  void PlaceNewLocked(const std::string& key, Record& r) {
+    if (!model.has_value()) return;
+    r.tick = model->Advance();
+    r.above = true;
+    if (const std::optional<GhostTable::Remembered> g =
+            ghosts.Take(std::hash<std::string>{}(key))) {
+      const GhostState old = Unpack(g->value);
+      if (old.open)
+        model->Reused(HoldTimeModel::ClassOf(old.uses), r.tick - old.tick, r.meta.extent_bytes);
+      r.uses = static_cast<uint8_t>(std::min<uint32_t>(old.uses + 1u, 255));
     }
   }
+
+  // Eviction rank: smaller goes first. LRU: the last access. Deadline: the
+  // end of the entry's holding time; a shadow of a DRAM entry is kept as
+  // long as the most valuable class would be, twice over, after which it is
+  // presumed stale (its DRAM copy went without a renewal).
+  uint64_t RankLocked(const Record& r) const {
+    if (!model.has_value()) return static_cast<uint64_t>(r.meta.last_access);
+    if (r.above) {
+      uint64_t longest = 0;
+      for (int c = 0; c < HoldTimeModel::kClasses; ++c) longest = std::max(longest, model->hold(c));
+      return r.tick + 2 * longest;
+    }
+    return r.tick + model->hold(HoldTimeModel::ClassOf(r.uses));
+  }
+
+  // The deadline model's budget: the tier swings between its watermarks,
+  // and shadows of DRAM entries take their share outside the model.
+  double ModelCapacityLocked(uint64_t shadow_bytes) const {
+    const double average =
+        static_cast<double>(CapacityLocked()) * (opts.low_watermark + opts.high_watermark) / 2;
+    return std::max(average - static_cast<double>(shadow_bytes), average / 8);
+  }
+
+  void RememberEvictedLocked(const std::string& key, const Record& r) {
+    if (!model.has_value()) return;
+    ghosts.Add(std::hash<std::string>{}(key), 0, Pack({r.tick, r.uses, r.open}),
+               std::max(kGhostFactor * records.size(), kMinGhosts));
+  }
+
+  // A ghost remembers the model time, the uses, and whether an interval
+  // was open when the key went.
+  struct GhostState {
+    uint64_t tick;
+    uint8_t uses;
+    bool open;
+  };
+  static constexpr int kTickBits = 55;
+  static uint64_t Pack(const GhostState& g) {
+    return (uint64_t{g.open} << 63) | (uint64_t{g.uses} << kTickBits) |
+           (g.tick & ((uint64_t{1} << kTickBits) - 1));
+  }
+  static GhostState Unpack(uint64_t v) {
+    return {v & ((uint64_t{1} << kTickBits) - 1), static_cast<uint8_t>(v >> kTickBits),
+            (v >> 63) != 0};
+  }
+  static constexpr size_t kGhostFactor = 8;
+  static constexpr size_t kMinGhosts = 65536;
 
   uint64_t UsedLocked() const {
     uint64_t used = 0;
@@ -218,7 +335,7 @@ struct SsdTier::Impl {
     PublishGaugesLocked();
   }
 
-  // Picks victims: expired entries (with `ttl`), then least recently used
+  // Picks victims: expired entries (with `ttl`), then the lowest ranked
   // ones while above the low watermark or short of `incoming` bytes. Unread
   // entries only. Scans the whole index, so a write only calls it when the
   // incoming bytes would cross the high watermark.
@@ -229,26 +346,34 @@ struct SsdTier::Impl {
     const uint64_t low = static_cast<uint64_t>(opts.low_watermark * static_cast<double>(cap));
     if (!ttl && UsedLocked() + incoming <= high) return;
     ApplyTouchesLocked();
-    std::vector<std::pair<Nanos, const std::string*>> by_age;
+    std::vector<std::pair<uint64_t, const std::string*>> by_rank;
+    uint64_t shadow_bytes = 0;
     for (const auto& [k, r] : records) {
+      if (r->above) shadow_bytes += r->meta.extent_bytes;
       if (ttl && r->meta.expiry <= now && r->readers == 0) {
         keys->push_back(k);
       } else if (r->readers == 0) {
-        by_age.emplace_back(r->meta.last_access, &k);
+        by_rank.emplace_back(RankLocked(*r), &k);
       }
     }
+    if (model.has_value()) model->set_capacity(ModelCapacityLocked(shadow_bytes));
     for (const std::string& k : *keys) recs->push_back(RetireLocked(k));
     ttl_expired += keys->size();
     m.evict_ttl->Increment(keys->size());
     uint64_t used = UsedLocked();
     for (const RecordPtr& r : *recs) used -= r->meta.extent_bytes;
     if (used + incoming <= high) return;
-    std::sort(by_age.begin(), by_age.end());
+    // Ties (a batch written at once) go in key order, so a replay evicts
+    // the same entries every time.
+    std::sort(by_rank.begin(), by_rank.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+    });
     size_t n = 0;
-    for (const auto& [age, key] : by_age) {
+    for (const auto& [rank, key] : by_rank) {
       if (used + incoming <= low) break;
       std::string k = *key;  // `key` points into the node RetireLocked erases
       RecordPtr r = RetireLocked(k);
+      RememberEvictedLocked(k, *r);
       used -= r->meta.extent_bytes;
       keys->push_back(std::move(k));
       recs->push_back(std::move(r));
@@ -363,6 +488,10 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
     return InvalidArgument("SSD watermarks need 0 < low <= high <= 1");
   }
   if (options.ttl <= 0) return InvalidArgument("SSD TTL must be positive");
+  if (options.eviction_policy != "lru" && options.eviction_policy != "deadline") {
+    return InvalidArgument("unknown SSD eviction policy '" + options.eviction_policy +
+                           "' (lru or deadline)");
+  }
 
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
@@ -448,6 +577,17 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   if (!bad.empty()) {
     spdlog::warn("ssd: dropped {} index entries on open (expired or invalid)", bad.size());
     STRATA_RETURN_IF_ERROR(impl->index->Apply({}, bad, /*sync=*/true));
+  }
+  if (options.eviction_policy == "deadline") {
+    impl->model.emplace(impl->ModelCapacityLocked(0));
+    // Restored entries keep their last-access order and come before
+    // anything written from now on.
+    std::vector<std::pair<Nanos, Record*>> restored;
+    for (const auto& [k, r] : impl->records) restored.emplace_back(r->meta.last_access, r.get());
+    std::sort(restored.begin(), restored.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < restored.size(); ++i) restored[i].second->tick = i;
+    impl->model->StartAt(restored.size());
   }
   m.capacity_bytes->Set(static_cast<int64_t>(impl->CapacityLocked()));
   impl->PublishGaugesLocked();
@@ -616,6 +756,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       slot->index_gone = true;
       s.MaybeFreeLocked(*slot);
     }
+    s.PlaceNewLocked(keys[i], *rec);
     slot = std::move(rec);
     s.bytes_written += metas[i].payload_bytes;
     s.m.bytes_written->Increment(metas[i].payload_bytes);
@@ -749,8 +890,8 @@ std::optional<SsdEntryMeta> SsdTier::Lookup(const SsdKey& key) const {
   return it->second->meta;
 }
 
-void SsdTier::Touch(const SsdKey& key) {
-  impl_->QueueTouch(EncodeSsdKey(key), impl_->clock->Now());
+void SsdTier::Touch(const SsdKey& key, SsdTouch what, uint32_t earlier_uses) {
+  impl_->QueueTouch({EncodeSsdKey(key), impl_->clock->Now(), what, earlier_uses});
 }
 
 Status SsdTier::Erase(const SsdKey& key) {

@@ -73,6 +73,7 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
     ssd.ttl = so.global_kv_ttl;
     ssd.sync = false;        // a replay needs no crash safety
     ssd.min_free_bytes = 0;  // the capacity is what the run may use
+    ssd.eviction_policy = o.ssd_policy;
     so.ssd = ssd;
     so.ssd_admission = CacheStoreOptions::SsdAdmission::kAllGlobalKv;
   }
@@ -169,10 +170,10 @@ Result<ReplayResult> ReplayThroughStore(const std::vector<TraceRequest>& request
       }
       out.inserts += res->published;
       out.committed_bytes += uint64_t{res->published} * payload.size();
+      // Written back before the next commit can evict them, so the SSD
+      // tier's content does not depend on the write-back thread's timing.
+      if (two_tier) store->FlushWriteBack();
     }
-    // Written back before the next request, so the SSD tier's content does
-    // not depend on the write-back thread's timing.
-    if (two_tier) store->FlushWriteBack();
     if (o.progress && ((i + 1) % o.progress_every == 0 || i + 1 == requests.size())) {
       o.progress(i + 1, requests.size());
     }

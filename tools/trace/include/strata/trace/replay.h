@@ -28,6 +28,7 @@ struct ReplayOptions {
   // under `ssd_dir` (which must support O_DIRECT), removed afterwards.
   uint64_t ssd_capacity_tokens = 0;
   std::string ssd_dir = "/var/tmp";
+  std::string ssd_policy = "lru";  // the SSD tier's eviction policy
   // Called every `progress_every` requests with (done, total).
   std::function<void(size_t, size_t)> progress;
   size_t progress_every = 1000;
