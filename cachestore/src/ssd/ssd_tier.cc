@@ -235,9 +235,8 @@ struct SsdTier::Impl {
   uint64_t RankLocked(const Record& r) const {
     if (!model.has_value()) return static_cast<uint64_t>(r.meta.last_access);
     if (r.above) {
-      uint64_t longest = 0;
-      for (int c = 0; c < HoldTimeModel::kClasses; ++c) longest = std::max(longest, model->hold(c));
-      return r.tick + 2 * longest;
+      // Holding times never fall as the class rises: the top one is longest.
+      return r.tick + 2 * model->hold(HoldTimeModel::kClasses - 1);
     }
     return r.tick + model->hold(HoldTimeModel::ClassOf(r.uses));
   }
