@@ -31,28 +31,52 @@ int RunReplayBench(const ReplayBenchOptions& o) {
                    ? (" (DRAM) + " + std::to_string(o.ssd_capacity_tokens) + " (SSD)").c_str()
                    : "");
 
-  auto replay = [&](const std::string& policy,
-                    const std::string& ssd_policy) -> Result<trace::ReplayResult> {
+  const bool remote = !o.node.empty();
+  if (remote) {
+    if (o.ssd_capacity_tokens > 0) {
+      std::fprintf(stderr,
+                   "strata-bench replay: --node replays under the node's own tiers; "
+                   "drop --ssd-capacity-tokens\n");
+      return 1;
+    }
+    // The node's configuration decides what is measured: say what matches
+    // the in-process lines.
+    std::fprintf(stderr,
+                 "strata-bench replay: against %s; the node should run with --set "
+                 "extra_layouts=\"%s\" --set dram_bytes=%llu --set high_watermark=1 --set "
+                 "low_watermark=1 --set eviction_policy=%s\n",
+                 o.node.c_str(), FormatLayoutSpec(trace::ReplayLayout(o.full_payload)).c_str(),
+                 static_cast<unsigned long long>(
+                     trace::ReplayNodeDramBytes(o.capacity_tokens, o.full_payload)),
+                 o.policy.c_str());
+  }
+  const std::string policy = remote ? "node" : o.policy;
+
+  auto replay = [&](const std::string& store_policy, const std::string& ssd_policy,
+                    const std::string& node) -> Result<trace::ReplayResult> {
     trace::ReplayOptions ro;
     ro.capacity_tokens = o.capacity_tokens;
-    ro.policy = policy;
+    if (node.empty()) ro.policy = store_policy;
     ro.ssd_policy = ssd_policy;
     ro.full_payload = o.full_payload;
     ro.ssd_capacity_tokens = o.ssd_capacity_tokens;
     ro.ssd_dir = o.ssd_dir;
-    const std::string label = "replay (" + policy + ")";
+    ro.store_uri = node;
+    ro.token = o.token;
+    const std::string label = "replay (" + store_policy + ")";
     ro.progress = [label](size_t done, size_t total) { Progress(label.c_str(), done, total); };
     return trace::ReplayThroughStore(requests, ro);
   };
-  auto tested = replay(o.policy, o.ssd_policy);
+  auto tested = replay(policy, o.ssd_policy, o.node);
   if (!tested.ok()) {
     std::fprintf(stderr, "strata-bench replay: %s\n", tested.status().ToString().c_str());
     return 1;
   }
   // The same store with LRU validates the replay against the reference line.
-  auto lru_store = o.policy == "lru" && (o.ssd_capacity_tokens == 0 || o.ssd_policy == "lru")
-                       ? tested
-                       : replay("lru", "lru");
+  auto lru_store =
+      !remote && o.policy == "lru" && (o.ssd_capacity_tokens == 0 || o.ssd_policy == "lru")
+          ? tested
+          : replay("lru", "lru", "");
   if (!lru_store.ok()) {
     std::fprintf(stderr, "strata-bench replay: %s\n", lru_store.status().ToString().c_str());
     return 1;
@@ -68,7 +92,8 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     j.Add("capacity_tokens", static_cast<double>(o.capacity_tokens));
     j.Add("ssd_capacity_tokens", static_cast<double>(o.ssd_capacity_tokens));
     j.Add("reference_capacity_tokens", static_cast<double>(reference_tokens));
-    j.Add("policy", o.policy);
+    j.Add("policy", policy);
+    if (remote) j.Add("node", o.node);
     if (o.ssd_capacity_tokens > 0) j.Add("ssd_policy", o.ssd_policy);
     j.AddBool("full_payload", o.full_payload);
     j.Add("hit_ratio", r.hit_ratio());
@@ -96,16 +121,23 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     t.Add("SSD tier", std::to_string(o.ssd_capacity_tokens) + " tokens, " + o.ssd_policy,
           "references at " + std::to_string(reference_tokens) + " tokens (tiers are inclusive)");
   }
-  t.Add("hit ratio, store + " + o.policy, Fixed(r.hit_ratio(), 4),
+  if (remote) t.Add("store", o.node, "a strata-node, under its own policy");
+  t.Add("hit ratio, store + " + policy, Fixed(r.hit_ratio(), 4),
         "x" + Fixed(r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12), 2) + " of LRU, " +
             Fixed(100 * r.hit_ratio() / std::max(belady.ratio(), 1e-12), 1) + "% of optimum");
   t.Add("hit ratio, store + lru", Fixed(lru_store->hit_ratio(), 4),
-        o.ssd_capacity_tokens > 0 ? "both tiers lru" : "the replay itself");
+        o.ssd_capacity_tokens > 0 ? "both tiers lru"
+        : remote                  ? "in-process, same capacity"
+                                  : "the replay itself");
   t.Add("hit ratio, LRU reference", Fixed(lru_ref.ratio(), 4), "simulated from the trace alone");
   t.Add("hit ratio, Belady (offline optimum)", Fixed(belady.ratio(), 4), "");
-  t.Add("block ops/s (" + o.policy + ")", Fixed(r.ops_per_s() / 1e6, 2) + " M",
+  t.Add("block ops/s (" + policy + ")", Fixed(r.ops_per_s() / 1e6, 2) + " M",
         std::to_string(r.block_ops) + " lookups+inserts in " + Fixed(r.seconds, 2) + " s");
-  t.Add("evictions", std::to_string(r.evictions), o.ssd_capacity_tokens > 0 ? "DRAM" : "");
+  if (remote) {
+    t.Add("evictions", "-", "see the node's strata_evictions_total");
+  } else {
+    t.Add("evictions", std::to_string(r.evictions), o.ssd_capacity_tokens > 0 ? "DRAM" : "");
+  }
   if (o.ssd_capacity_tokens > 0) {
     t.Add("SSD promotions / evictions",
           std::to_string(r.ssd_promotions) + " / " + std::to_string(r.ssd_evictions), "");

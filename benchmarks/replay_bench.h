@@ -16,6 +16,8 @@ struct ReplayBenchOptions {
   uint64_t ssd_capacity_tokens = 0;  // 0: DRAM only
   std::string ssd_dir = "/var/tmp";
   std::string ssd_policy = "lru";
+  std::string node;         // strata://host:port: replay against this node instead
+  std::string token;        // for --node; empty: $STRATA_TOKEN
   size_t max_requests = 0;  // 0: all
   bool json = false;
 
@@ -23,7 +25,9 @@ struct ReplayBenchOptions {
     app.add_option("--trace", trace, "Mooncake-format JSONL trace")->required();
     app.add_option("--capacity-tokens", capacity_tokens, "Cache capacity in tokens")
         ->check(CLI::Range(uint64_t{512}, uint64_t{1} << 40));
-    app.add_option("--policy", policy, "Eviction policy under test: deadline, aslru or lru");
+    app.add_option("--policy", policy,
+                   "Eviction policy under test: deadline, aslru or lru (with --node: the one "
+                   "the node should be running)");
     app.add_flag("--full-payload", full_payload,
                  "Store and fetch 890 B/token of global KV per block (default: metadata only)");
     app.add_option("--ssd-capacity-tokens", ssd_capacity_tokens,
@@ -33,6 +37,10 @@ struct ReplayBenchOptions {
                    "needs O_DIRECT)");
     app.add_option("--ssd-policy", ssd_policy,
                    "The SSD tier's eviction policy under test: deadline or lru");
+    app.add_option("--node", node,
+                   "Replay against a running strata-node (strata://host:port) under its own "
+                   "policy and capacity; prints the settings it needs");
+    app.add_option("--token", token, "Bearer token for --node (default: $STRATA_TOKEN)");
     app.add_option("--max-requests", max_requests, "Replay only the first N requests");
     app.add_flag("--json", json, "Print one JSON object instead of a table");
   }

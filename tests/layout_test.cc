@@ -137,5 +137,58 @@ TEST(LayoutTest, SealRejectsWrongSizeAndBadLayouts) {
   EXPECT_EQ(zero_group.Validate().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(LayoutTest, SpecsParseRoundTripAndNameTheirErrors) {
+  auto meta = ParseLayoutSpec("900:global_kv:512:meta=1");
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_EQ(meta->id, 900u);
+  EXPECT_EQ(meta->kind, StateKind::kGlobalKv);
+  EXPECT_EQ(meta->block_tokens, 512u);
+  ASSERT_EQ(meta->groups.size(), 1u);
+  EXPECT_EQ(meta->groups[0].name, "meta");
+  EXPECT_EQ(meta->groups[0].bytes, 1u);
+
+  // `v41` spells out MakeGlobalKvLayout's groups; the explicit form reads back equal.
+  auto v41 = ParseLayoutSpec("901:global_kv:512:v41");
+  ASSERT_TRUE(v41.ok()) << v41.status().ToString();
+  GlobalKvShape shape;
+  shape.block_tokens = 512;
+  const Layout expected = MakeGlobalKvLayout(901, shape);
+  EXPECT_EQ(v41->BodyBytes(), expected.BodyBytes());
+  auto again = ParseLayoutSpec(FormatLayoutSpec(*v41));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->groups.size(), expected.groups.size());
+  for (size_t g = 0; g < expected.groups.size(); ++g) {
+    EXPECT_EQ(again->groups[g].name, expected.groups[g].name);
+    EXPECT_EQ(again->groups[g].bytes, expected.groups[g].bytes);
+  }
+  auto swa = ParseLayoutSpec(" 3:swa_state:134:layer.0=70752,layer.1=70752 ");
+  ASSERT_TRUE(swa.ok()) << swa.status().ToString();
+  EXPECT_EQ(swa->kind, StateKind::kSwaState);
+  EXPECT_EQ(swa->BodyBytes(), 2u * 70752u);
+
+  auto two = ParseLayoutSpecs("900:global_kv:512:meta=1;901:global_kv:512:v41");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->size(), 2u);
+  auto none = ParseLayoutSpecs("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+
+  for (const char* bad :
+       {"900:global_kv:512", "x:global_kv:512:a=1", "900:kv:512:a=1", "900:global_kv:0:a=1",
+        "900:global_kv:512:a=0", "900:global_kv:512:a", "900:global_kv:512:=5",
+        "900:global_kv:512:a=1,", "900:swa_state:8:v41", "900:global_kv:512:a=-1",
+        "0:global_kv:512:a=1", "4294967296:global_kv:512:a=1", "900:global_kv:65537:a=1",
+        "900:global_kv:255:v41"}) {
+    auto r = ParseLayoutSpec(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_NE(
+      ParseLayoutSpecs("7:global_kv:1:a=1;7:global_kv:1:a=1").status().message().find("twice"),
+      std::string::npos);
+  EXPECT_FALSE(ParseLayoutSpecs("7:global_kv:1:a=1;;8:global_kv:1:a=1").ok());
+}
+
 }  // namespace
 }  // namespace strata

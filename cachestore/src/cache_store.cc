@@ -17,6 +17,8 @@
 //    structure_mu before acting on the entry.
 #include "strata/cache_store.h"
 
+#include <absl/container/flat_hash_map.h>
+
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -79,7 +81,9 @@ std::string_view EvictReasonName(EvictReason reason) {
 struct CacheStore::Impl {
   struct alignas(64) Shard {
     mutable std::shared_mutex mu;
-    std::unordered_map<EntryKey, Entry*, EntryKeyHash> map;
+    // Open addressing: a lookup is one probe of inline keys, not a chase
+    // through heap nodes (the node-based map was 20% of a metadata replay).
+    absl::flat_hash_map<EntryKey, Entry*, EntryKeyHash> map;
   };
   struct Metrics {
     Counter* match_requests;

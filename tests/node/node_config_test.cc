@@ -12,7 +12,7 @@ namespace strata {
 namespace {
 
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir("node-config") + "/" + name;
+  std::string path = testing::TempDir("node-config") + "/" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -73,6 +73,64 @@ ssd_eviction_policy: deadline
   EXPECT_EQ(ApplyNodeConfigOverride(&*c, "noequals").code(), StatusCode::kInvalidArgument);
 }
 
+TEST(NodeConfigTest, ExtraLayoutsFromYamlListStringOrOverride) {
+  auto list = LoadNodeConfig(WriteFile("layouts.yaml", R"(
+tokens_file: /etc/strata/tokens
+extra_layouts:
+  - "900:global_kv:512:meta=1"
+  - "901:global_kv:512:v41"
+)"));
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->extra_layouts.size(), 2u);
+  EXPECT_EQ(list->extra_layouts[0].id, 900u);
+  EXPECT_EQ(list->extra_layouts[0].PayloadBytes(), 64u + 1u);  // a header and one byte
+  EXPECT_EQ(list->extra_layouts[1].BodyBytes(), 512u * 890u);
+  EXPECT_TRUE(ValidateNodeConfig(*list).ok());
+
+  auto one = LoadNodeConfig(WriteFile("layout.yaml", "extra_layouts: 7:swa_state:64:l0=100\n"));
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_EQ(one->extra_layouts.size(), 1u);
+  EXPECT_EQ(one->extra_layouts[0].kind, StateKind::kSwaState);
+
+  NodeConfig c;
+  c.tokens_file = "/etc/strata/tokens";
+  ASSERT_TRUE(
+      ApplyNodeConfigOverride(&c, "extra_layouts=5:global_kv:16:a=8;6:global_kv:16:b=9").ok());
+  EXPECT_EQ(c.extra_layouts.size(), 2u);
+  // A built-in layout's id, a bad spec, a list of non-strings: each named.
+  ASSERT_TRUE(ApplyNodeConfigOverride(&c, "extra_layouts=1:global_kv:16:a=8").ok());
+  EXPECT_NE(ValidateNodeConfig(c).message().find("built-in"), std::string::npos);
+  EXPECT_NE(
+      ApplyNodeConfigOverride(&c, "extra_layouts=5:global_kv:16").message().find("extra_layouts"),
+      std::string::npos);
+  for (const char* items : {"[a, b]", "\"\"", "\"5:global_kv:16:a=8;6:global_kv:16:b=9\""}) {
+    auto bad = LoadNodeConfig(
+        WriteFile("bad-layouts.yaml", std::string("extra_layouts:\n  - ") + items + "\n"));
+    ASSERT_FALSE(bad.ok()) << items;
+    EXPECT_NE(bad.status().message().find("extra_layouts[0]"), std::string::npos)
+        << bad.status().ToString();
+  }
+  auto empty = LoadNodeConfig(WriteFile("no-layouts.yaml", "extra_layouts:\n"));
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->extra_layouts.empty());
+
+  // A node started with them has them (a whole in-process node, UCX
+  // included: the config is only worth something if Node::Start applies it).
+  NodeConfig node_config = *list;
+  node_config.listen = "127.0.0.1:0";
+  node_config.http_listen = "";
+  node_config.dram_bytes = 64ull << 20;
+  node_config.tokens_file = WriteFile("layout-tokens", HashToken("t") + " tenant write\n");
+  auto node = Node::Start(node_config);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  for (uint32_t id : {900u, 901u}) {  // taken: another shape under the id is refused
+    EXPECT_EQ((*node)->store().RegisterLayout({id, StateKind::kGlobalKv, 512, {{"x", 3}}}).code(),
+              StatusCode::kAlreadyExists)
+        << id;
+  }
+  EXPECT_TRUE((*node)->store().RegisterLayout(list->extra_layouts[0]).ok());  // the same: fine
+}
+
 TEST(NodeConfigTest, ErrorsNameTheProblem) {
   auto typo = LoadNodeConfig(WriteFile("typo.yaml", "dram_byts: 1GiB\n"));
   ASSERT_FALSE(typo.ok());
@@ -99,6 +157,8 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
   c.tls_cert_file.clear();
   c.low_watermark = 0.99;
   EXPECT_FALSE(ValidateNodeConfig(c).ok());
+  c.low_watermark = c.high_watermark = 1;  // equal: evict on demand only
+  EXPECT_TRUE(ValidateNodeConfig(c).ok());
   c.low_watermark = 0.5;
   c.data_plane_mode = "fast";
   EXPECT_FALSE(ValidateNodeConfig(c).ok());

@@ -98,7 +98,7 @@ class NodeProcess {
                                      "--set",
                                      "shutdown_grace=2s"};
     for (const std::string& s : options.settings) {
-      args.push_back("--set");
+      args.emplace_back("--set");
       args.push_back(s);
     }
     std::vector<char*> argv;

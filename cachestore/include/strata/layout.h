@@ -101,6 +101,22 @@ struct SwaShape {
 };
 Layout MakeSwaLayout(uint32_t id, const SwaShape& shape = {});
 
+// Layouts as text, for configuration (a node's `extra_layouts`):
+//
+//   <id>:<kind>:<block_tokens>:<groups>
+//     kind    global_kv | swa_state
+//     groups  name=bytes[,name=bytes...], or `v41` (global_kv only): the
+//             V4.1 global KV groups for block_tokens (MakeGlobalKvLayout)
+//
+// e.g. "900:global_kv:512:meta=1" or "901:global_kv:512:v41". Several
+// layouts are separated by ';'. The result is validated (Layout::Validate),
+// with ids from 1 and block_tokens up to kMaxBlockTokens.
+Result<Layout> ParseLayoutSpec(std::string_view spec);
+Result<std::vector<Layout>> ParseLayoutSpecs(std::string_view specs);
+// The explicit form (groups spelled out). ParseLayoutSpec reads it back when
+// no group name holds ':', ';', ',' or '=' (true of every built-in layout).
+std::string FormatLayoutSpec(const Layout& layout);
+
 // The built-in layouts every store knows.
 constexpr uint32_t kV41GlobalKvLayoutId = 1;
 constexpr uint32_t kV41SwaLayoutId = 2;

@@ -26,6 +26,11 @@ struct NodeConfig {
   Nanos read_lease_ttl = Seconds(10);
   Nanos write_lease_ttl = Seconds(30);
   std::string eviction_policy = "lru";
+  // Layouts besides the built-in V4.1 ones (a model with another shape, or
+  // the trace replay's). YAML: a list of specs or one string; --set:
+  // extra_layouts="<spec>;<spec>", replacing the list (layout.h:
+  // ParseLayoutSpec).
+  std::vector<Layout> extra_layouts;
   // SSD tier (DESIGN §4): off while ssd_dir is empty. Remote matches promote
   // SSD-only blocks into DRAM under the caller's lease, so clients only ever
   // read DRAM.

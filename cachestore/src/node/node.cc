@@ -128,6 +128,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   opts.default_read_lease_ttl = config.read_lease_ttl;
   opts.default_write_lease_ttl = config.write_lease_ttl;
   opts.eviction_policy = config.eviction_policy;
+  opts.extra_layouts = config.extra_layouts;
   if (!config.ssd_dir.empty()) {
     SsdTierOptions ssd;
     ssd.dir = config.ssd_dir;

@@ -109,6 +109,7 @@ const std::map<std::string, Setter>& Setters() {
       {"read_lease_ttl", Field(&NodeConfig::read_lease_ttl, ParseDuration)},
       {"write_lease_ttl", Field(&NodeConfig::write_lease_ttl, ParseDuration)},
       {"eviction_policy", Text(&NodeConfig::eviction_policy)},
+      {"extra_layouts", Field(&NodeConfig::extra_layouts, ParseLayoutSpecs)},
       {"ssd_dir", Text(&NodeConfig::ssd_dir)},
       {"ssd_index_dir", Text(&NodeConfig::ssd_index_dir)},
       {"ssd_bytes", Field(&NodeConfig::ssd_bytes, ParseBytes)},
@@ -184,10 +185,25 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
       }
       continue;
     }
-    if (!kv.second.IsScalar()) {
+    std::string value;
+    if (key == "extra_layouts" && (kv.second.IsSequence() || kv.second.IsNull())) {
+      // A list of layout specs: the same as one string joined by ';'.
+      size_t i = 0;
+      for (const auto& item : kv.second) {
+        if (!item.IsScalar() || item.Scalar().empty() ||
+            item.Scalar().find(';') != std::string::npos) {
+          return InvalidArgument(fmt::format(
+              "config {}: {}[{}] must be one layout spec, <id>:<kind>:<block_tokens>:<groups>",
+              path, key, i));
+        }
+        value += (i++ == 0 ? "" : ";") + item.Scalar();
+      }
+    } else if (kv.second.IsScalar()) {
+      value = kv.second.Scalar();
+    } else {
       return InvalidArgument(fmt::format("config {}: '{}' must be a single value", path, key));
     }
-    Status st = Set(&config, key, kv.second.Scalar());
+    Status st = Set(&config, key, value);
     if (!st.ok()) return InvalidArgument("config " + path + ": " + st.message());
   }
   // Files named in a config are relative to the config's own directory.
@@ -217,8 +233,15 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return InvalidArgument("tls_cert_file and tls_key_file go together");
   }
-  if (c.low_watermark >= c.high_watermark) {
-    return InvalidArgument("low_watermark must be below high_watermark");
+  // Equal watermarks are allowed: both at 1 evict on demand only.
+  if (c.low_watermark > c.high_watermark) {
+    return InvalidArgument("low_watermark must not be above high_watermark");
+  }
+  for (const Layout& l : c.extra_layouts) {
+    if (l.id == kV41GlobalKvLayoutId || l.id == kV41SwaLayoutId) {
+      return InvalidArgument("extra_layouts: id " + std::to_string(l.id) +
+                             " is reserved for a built-in layout");
+    }
   }
   if (!dataplane::ParseMode(c.data_plane_mode).ok()) {
     return InvalidArgument("data_plane_mode must be auto, rma or am");
