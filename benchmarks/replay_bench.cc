@@ -41,14 +41,16 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     }
     // The node's configuration decides what is measured: say what matches
     // the in-process lines.
-    std::fprintf(stderr,
-                 "strata-bench replay: against %s; the node should run with --set "
-                 "extra_layouts=\"%s\" --set dram_bytes=%llu --set high_watermark=1 --set "
-                 "low_watermark=1 --set eviction_policy=%s\n",
-                 o.node.c_str(), FormatLayoutSpec(trace::ReplayLayout(o.full_payload)).c_str(),
-                 static_cast<unsigned long long>(
-                     trace::ReplayNodeDramBytes(o.capacity_tokens, o.full_payload)),
-                 o.policy.c_str());
+    std::fprintf(
+        stderr,
+        "strata-bench replay: against %s; a fresh node (what it holds carries over from run to "
+        "run) should run with --set "
+        "extra_layouts=\"%s\" --set dram_bytes=%llu --set high_watermark=1 --set "
+        "low_watermark=1 --set eviction_policy=%s\n",
+        o.node.c_str(), FormatLayoutSpec(trace::ReplayLayout(o.full_payload)).c_str(),
+        static_cast<unsigned long long>(
+            trace::ReplayNodeDramBytes(o.capacity_tokens, o.full_payload)),
+        o.policy.c_str());
   }
   const std::string policy = remote ? "node" : o.policy;
 

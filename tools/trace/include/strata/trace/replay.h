@@ -37,8 +37,8 @@ struct ReplayOptions {
   // and any SSD tier, so `policy` must stay at its default and
   // `ssd_capacity_tokens` at 0 (the other SSD options are not used), and
   // `capacity_tokens` only caps the blocks one request commits. A node's
-  // SSD tier writes back in its own time, so only a DRAM-only node repeats
-  // the in-process figures exactly.
+  // SSD tier writes back in its own time, so only a fresh DRAM-only node
+  // repeats the in-process figures exactly.
   std::string store_uri;
   std::string token;  // for store_uri; empty: $STRATA_TOKEN
   // Called every `progress_every` requests with (done, total).
