@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -475,6 +477,68 @@ TEST_F(ClusterStoreTest, NodeDownAtOpenIsReportedPerBlockWithinTheDeadline) {
   while (Owner(p.keys[first_lost + 1]) != 2) ++first_lost;
   EXPECT_EQ(m->blocks.size(), first_lost);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
+  // SIGSTOP keeps the node's sockets open, so a call to it hangs until its
+  // deadline instead of failing at once as after kill -9.
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1, Seconds(3));
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 24, 11);
+  auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, false));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  ASSERT_EQ(committed->published, 24u);
+  size_t first_hung = 0;
+  while (first_hung < 24 && Owner(p.keys[first_hung + 1]) != 2) ++first_hung;
+  ASSERT_LT(first_hung, 24u) << "the prompt needs a block on node 2";
+
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
+  // The first call waits out the node's deadline and counts as a miss...
+  auto m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->blocks.size(), first_hung);
+  // ...after which the node is skipped: its writes fail at once, saying so.
+  const Prompt q = MakePrompt(*store, 24, 12);
+  auto skipped = store->Commit(TestModel(), Payloads(q, 0, 24, false));
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  size_t on_hung = 0;
+  for (size_t b = 0; b < 24; ++b) {
+    if (Owner(q.keys[b + 1]) != 2) {
+      EXPECT_TRUE(skipped->blocks[b].ok()) << skipped->blocks[b].ToString();
+      continue;
+    }
+    ++on_hung;
+    EXPECT_EQ(skipped->blocks[b].code(), StatusCode::kUnavailable) << skipped->blocks[b].ToString();
+    EXPECT_NE(skipped->blocks[b].message().find("not answering"), std::string::npos)
+        << skipped->blocks[b].ToString();
+  }
+  EXPECT_GT(on_hung, 0u);
+
+  // Past the first second one call probes it; still hung, the wait doubles.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->blocks.size(), first_hung);
+  skipped = store->Commit(TestModel(), Payloads(q, 0, 24, false));
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  for (size_t b = 0; b < 24; ++b) {
+    if (Owner(q.keys[b + 1]) != 2) continue;
+    const std::string& why = skipped->blocks[b].message();
+    const size_t at = why.find("skipped for another ");
+    ASSERT_NE(at, std::string::npos) << why;
+    EXPECT_GT(std::stoi(why.substr(at + 20)), 1000) << why;
+  }
+
+  // Resumed, it is probed again after its back-off and serves what it held.
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGCONT), 0);
+  size_t served = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (served < 24 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto again = MatchPrompt(*store, p, false);
+    if (again.ok()) served = again->blocks.size();
+  }
+  EXPECT_EQ(served, 24u);
 }
 
 TEST(ClusterUriTest, MalformedNodeListsAreRefused) {

@@ -194,10 +194,10 @@ TEST(TokenTableTest, ParsesAndAuthenticates) {
 
 TEST(TokenTableTest, MalformedLinesFailTheLoadWithTheirLineNumber) {
   const std::string good = HashToken("x");
+  const std::string twice = good + " a read\n" + good + " b read";  // the same hash, twice
   for (const std::string& bad : std::vector<std::string>{
            good + " tenant-a", good + " tenant-a owner", "sha1:abc tenant-a read",
-           good + " bad/namespace read", good + " * write", good + " a read extra",
-           good + " a read\n" + good + " b read"}) {
+           good + " bad/namespace read", good + " * write", good + " a read extra", twice}) {
     auto t = TokenTable::Parse("# header\n" + bad + "\n", "tokens");
     ASSERT_FALSE(t.ok()) << bad;
     EXPECT_NE(t.status().message().find("tokens:"), std::string::npos) << t.status().ToString();

@@ -124,7 +124,7 @@ inline Fetched FetchAll(Store& store, const MatchResult& m) {
   for (const BlockMatch& b : m.blocks) {
     f.blocks.emplace_back(b.payload_bytes);
   }
-  for (auto& b : f.blocks) req.block_buffers.push_back(b);
+  for (auto& b : f.blocks) req.block_buffers.emplace_back(b);
   if (m.swa.has_value()) {
     f.swa.resize(m.swa->entry.payload_bytes);
     req.swa_buffer = f.swa;

@@ -13,6 +13,11 @@
 //    deadline; what no replica delivers cuts the prefix.
 //  - commit: each block to its R write replicas, in parallel; a block is
 //    OK when at least one replica holds it.
+//  - a node that stops answering (a call past its deadline, a read refused
+//    as unavailable) is skipped, its blocks misses, for a second, then
+//    probed by one call; each failed probe doubles the wait, up to 8 s. A
+//    hung node (alive, sockets open) would otherwise cost every request a
+//    node deadline, and a static node list never drops it.
 #include "cluster/cluster_store.h"
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -33,7 +39,8 @@
 namespace strata {
 namespace {
 
-constexpr Nanos kReconnectBackoff = Seconds(1);
+constexpr Nanos kFirstSkip = Seconds(1);
+constexpr Nanos kMaxSkip = Seconds(8);
 constexpr size_t kMaxTrackedLeases = 4096;
 
 // One node and our connection to it. The client is created on first use
@@ -43,7 +50,12 @@ struct NodeConn {
   const NodeInfo info;
   std::mutex mu;
   std::shared_ptr<NodeClient> client;
-  Nanos retry_after = 0;
+  // Not answering: calls skip the node until skip_until, when one goes
+  // through as a probe (and moves skip_until on by skip_for, so the others
+  // keep skipping while it runs). skip_for 0: the node answers.
+  Nanos skip_for = 0;
+  Nanos skip_until = 0;
+  Nanos struck_at = 0;  // when it last failed; calls started before are old news
   Status last_error;
 };
 
@@ -246,15 +258,11 @@ class ClusterStore final : public Store {
       tasks.emplace_back([&, i] {
         NodeAnswer& a = answers[i];
         for (size_t b : asked[i]) a.keys.push_back(req.keys[b]);
-        Result<std::shared_ptr<NodeClient>> client = Client(*view->conns[i]);
-        if (!client.ok()) {
-          a.result = client.status();
-          return;
-        }
         MatchKeysRequest sub = req;
         sub.keys = a.keys;
         sub.independent_keys = true;
-        a.result = (*client)->MatchKeys(sub);
+        a.result = OnNode(*view->conns[i], kReads,
+                          [&](NodeClient& client) { return client.MatchKeys(sub); });
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -364,9 +372,9 @@ class ClusterStore final : public Store {
     std::vector<std::function<void()>> tasks;
     for (size_t p = 0; p < parts.size(); ++p) {
       tasks.emplace_back([&, p] {
-        Result<std::shared_ptr<NodeClient>> client = Client(*parts[p].node);
-        results[p] = client.ok() ? (*client)->Reserve(model, node_blocks[p], write_lease_ttl)
-                                 : Result<Reservation>(client.status());
+        results[p] = OnNode(*parts[p].node, kWrites, [&](NodeClient& client) {
+          return client.Reserve(model, node_blocks[p], write_lease_ttl);
+        });
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -476,9 +484,9 @@ class ClusterStore final : public Store {
                         std::min(rb.buffer.size(), lease->staging[b].size()), rb.buffer.begin());
           }
         }
-        Result<std::shared_ptr<NodeClient>> client = Client(*part.node);
-        results[p] = client.ok() ? (*client)->Publish(part.reservation.write_lease, node_checksums)
-                                 : Result<PublishResult>(client.status());
+        results[p] = OnNode(*part.node, kWrites, [&](NodeClient& client) {
+          return client.Publish(part.reservation.write_lease, node_checksums);
+        });
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -514,9 +522,9 @@ class ClusterStore final : public Store {
           c.block = node_blocks[p][j];
           node_payloads.push_back(c);
         }
-        Result<std::shared_ptr<NodeClient>> client = Client(*parts[p].node);
-        results[p] = client.ok() ? (*client)->Commit(model, node_payloads)
-                                 : Result<PublishResult>(client.status());
+        results[p] = OnNode(*parts[p].node, kWrites, [&](NodeClient& client) {
+          return client.Commit(model, node_payloads);
+        });
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -561,8 +569,9 @@ class ClusterStore final : public Store {
     std::vector<std::function<void()>> tasks;
     for (size_t i = 0; i < parts.size(); ++i) {
       tasks.emplace_back([&, i] {
-        Result<std::shared_ptr<NodeClient>> client = Client(*parts[i].first);
-        results[i] = client.ok() ? (*client)->RenewLease(parts[i].second, ttl) : client.status();
+        results[i] = OnNode(*parts[i].first, kWrites, [&](NodeClient& client) {
+          return client.RenewLease(parts[i].second, ttl);
+        });
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -634,8 +643,9 @@ class ClusterStore final : public Store {
       (void)Abort(lease_id);
       return;
     }
+    // Queued, not sent: even a node being skipped takes it.
     for (const auto& [node, lease] : read->parts) {
-      Result<std::shared_ptr<NodeClient>> client = Client(*node);
+      Result<std::shared_ptr<NodeClient>> client = Client(*node, /*probe=*/false);
       if (client.ok()) (*client)->Release(lease);  // else it ends at its expiry
     }
   }
@@ -662,6 +672,10 @@ class ClusterStore final : public Store {
         auto updated = std::make_shared<NodeConn>(info);
         std::lock_guard lock(conn->mu);
         updated->client = conn->client;
+        updated->skip_for = conn->skip_for;
+        updated->skip_until = conn->skip_until;
+        updated->struck_at = conn->struck_at;
+        updated->last_error = conn->last_error;
         conn = std::move(updated);
       }
       view->conns.push_back(conn != nullptr ? conn : std::make_shared<NodeConn>(info));
@@ -672,20 +686,36 @@ class ClusterStore final : public Store {
 
   // The node's client, connecting on first use; a node that just failed to
   // connect is not tried again for a second.
-  Result<std::shared_ptr<NodeClient>> Client(NodeConn& node) {
+  // Unavailable on a read means the node is not serving; on a write it may
+  // be a draining node refusing new blocks, which answers all the same.
+  static constexpr bool kReads = true;
+  static constexpr bool kWrites = false;
+
+  // The node's client, connected on first use; refused while the node is
+  // being skipped, except for a probe once the wait is over (`probe`
+  // false: never a probe, for calls that only queue work).
+  Result<std::shared_ptr<NodeClient>> Client(NodeConn& node, bool probe = true) {
     std::lock_guard lock(node.mu);
-    if (node.client != nullptr) return node.client;
     const Nanos now = SteadyClock().Now();
-    if (now < node.retry_after) return node.last_error;
+    if (node.skip_for > 0) {
+      if (now < node.skip_until || !probe) {
+        return Unavailable(
+            "node " + node.info.node_id + " (" + node.info.address + ") is skipped for another " +
+            std::to_string((std::max<Nanos>(node.skip_until - now, 0) + 999'999) / 1'000'000) +
+            " ms: " + node.last_error.message());
+      }
+      node.skip_until = now + node.skip_for;  // this call probes; the others wait for it
+    }
+    if (node.client != nullptr) return node.client;
     ClientOptions options = node_options_;
     options.timeout = call_timeout_;
     Result<std::unique_ptr<NodeClient>> client = ConnectNode(node.info.address, options);
     if (!client.ok()) {
-      node.retry_after = now + kReconnectBackoff;
-      node.last_error =
-          Status(client.status().code(), "node " + node.info.node_id + " (" + node.info.address +
-                                             "): " + client.status().message());
-      return node.last_error;
+      const Status st(client.status().code(), "node " + node.info.node_id + " (" +
+                                                  node.info.address +
+                                                  "): " + client.status().message());
+      StrikeLocked(node, st, now);
+      return st;
     }
     node.client = std::move(client).value();
     {
@@ -693,13 +723,51 @@ class ClusterStore final : public Store {
       if (ns_.empty()) ns_ = node.client->caller_namespace();
       if (ns_ != node.client->caller_namespace()) {
         node.client.reset();
-        node.retry_after = now + kReconnectBackoff;
-        node.last_error = Internal("node " + node.info.node_id +
+        const Status st = Internal("node " + node.info.node_id +
                                    " maps this token to another namespace than its peers");
-        return node.last_error;
+        StrikeLocked(node, st, now);
+        return st;
       }
     }
     return node.client;
+  }
+
+  // Runs `call` with the node's client, unless the node is being skipped,
+  // and learns from the outcome whether the node answers.
+  template <typename Call>
+  std::invoke_result_t<Call&, NodeClient&> OnNode(NodeConn& node, bool reads, Call&& call) {
+    using Out = std::invoke_result_t<Call&, NodeClient&>;
+    const Nanos started = SteadyClock().Now();
+    Result<std::shared_ptr<NodeClient>> client = Client(node);
+    if (!client.ok()) return Out(client.status());
+    Out out = call(**client);
+    if constexpr (std::is_same_v<Out, Status>) {
+      Heard(node, reads, out, started);
+    } else {
+      Heard(node, reads, out.status(), started);
+    }
+    return out;
+  }
+
+  // A call to the node that started at `started` ended with `st`.
+  void Heard(NodeConn& node, bool reads, const Status& st, Nanos started) {
+    const bool silent = st.code() == StatusCode::kDeadlineExceeded ||
+                        (reads && st.code() == StatusCode::kUnavailable);
+    std::lock_guard lock(node.mu);
+    if (!silent) {
+      node.skip_for = 0;  // it answered, if only with an error
+    } else if (node.skip_for == 0 || started >= node.struck_at) {
+      // Calls already in flight when it was struck fail too: not a new strike.
+      StrikeLocked(node, Status(st.code(), "not answering (" + st.message() + ")"),
+                   SteadyClock().Now());
+    }
+  }
+
+  static void StrikeLocked(NodeConn& node, const Status& st, Nanos now) {
+    node.skip_for = node.skip_for == 0 ? kFirstSkip : std::min(2 * node.skip_for, kMaxSkip);
+    node.skip_until = now + node.skip_for;
+    node.struck_at = now;
+    node.last_error = st;
   }
 
   Result<std::string> Namespace() {
@@ -780,8 +848,7 @@ class ClusterStore final : public Store {
     tasks.reserve(parts.size());
     for (const auto& [node, lease] : parts) {
       tasks.emplace_back([&node = node, lease = lease, this] {
-        Result<std::shared_ptr<NodeClient>> client = Client(*node);
-        if (client.ok()) (void)(*client)->Abort(lease);
+        (void)OnNode(*node, kWrites, [&](NodeClient& client) { return client.Abort(lease); });
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -914,6 +981,7 @@ class ClusterStore final : public Store {
       tasks.reserve(subs.size());
       for (SubFetch& s : subs) {
         tasks.emplace_back([&s, &req, &events, this] {
+          const Nanos started = SteadyClock().Now();
           Result<std::shared_ptr<NodeClient>> client = Client(*s.node);
           if (!client.ok()) {
             s.outcome.status = client.status();
@@ -930,6 +998,7 @@ class ClusterStore final : public Store {
             if (e.type == FetchEvent::Type::kBlockReady) events.Block(s.positions[e.block]);
           };
           s.outcome = (*client)->Fetch(sub).Wait();
+          Heard(*s.node, kReads, s.outcome.status, started);
         });
       }
       pool_.RunAll(std::move(tasks));
