@@ -130,6 +130,48 @@ TEST(SsdTierTest, RandomPayloadsRoundTripAndSurviveRestart) {
             payloads[0].size() > 1 ? StatusCode::kInvalidArgument : StatusCode::kOk);
 }
 
+TEST(SsdTierTest, FindNamesEntriesByChainKeyWithoutTheirModelAndAfterRestart) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path());
+  o.clock = &clock;
+  SsdKey a = Key(4);  // tenant-1
+  SsdKey other_model = Key(5);
+  other_model.ns = a.ns;
+  other_model.model_id.bytes[0] ^= 1;
+  SsdKey same_chain_other_ns = a;
+  same_chain_other_ns.ns = "tenant-2";
+  const std::vector<std::byte> p = RandomBytes(5000, 4);
+  auto check = [&](SsdTier& tier) {
+    auto found = tier.Find(a.ns, a.chain, a.kind);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].first.model_id, a.model_id);
+    EXPECT_EQ(found[0].second.entry_checksum, 11u);
+    found = tier.Find(a.ns, other_model.chain, other_model.kind);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].first.model_id, other_model.model_id);
+    found = tier.Find(same_chain_other_ns.ns, a.chain, a.kind);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].second.entry_checksum, 13u);
+    EXPECT_TRUE(tier.Find(a.ns, a.chain, StateKind::kSwaState).empty());
+    EXPECT_TRUE(tier.Find("tenant-0", a.chain, a.kind).empty());
+    EXPECT_TRUE(tier.Find(a.ns, Key(6).chain, a.kind).empty());
+  };
+  {
+    auto tier = SsdTier::Open(o).value();
+    ASSERT_TRUE(tier->Write({a, p, 11, 1}).ok());
+    ASSERT_TRUE(tier->Write({other_model, p, 12, 1}).ok());
+    ASSERT_TRUE(tier->Write({same_chain_other_ns, p, 13, 1}).ok());
+    check(*tier);
+  }
+  auto tier = SsdTier::Open(o).value();  // models known again from the index
+  check(*tier);
+  ASSERT_TRUE(tier->Erase(a).ok());
+  EXPECT_TRUE(tier->Find(a.ns, a.chain, a.kind).empty());
+  clock.Advance(o.ttl + 1);
+  EXPECT_TRUE(tier->Find(a.ns, other_model.chain, other_model.kind).empty());  // expired
+}
+
 TEST(SsdTierTest, AlignedSourcesAreWrittenInPlace) {
   TempDir dir;
   auto tier = SsdTier::Open(Options(dir.path())).value();

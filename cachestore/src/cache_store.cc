@@ -1761,8 +1761,8 @@ std::vector<EntryInfo> SsdCopies(const SsdTier* ssd, const Clock& clock, const s
   std::vector<EntryInfo> out;
   if (ssd == nullptr) return out;
   const Nanos shift = clock.Now() - ssd->Now();
-  for (const auto& [key, meta] : ssd->List(ns)) {
-    if (only.has_value() && (key.chain != only->key || key.kind != only->kind)) continue;
+  for (const auto& [key, meta] :
+       only.has_value() ? ssd->Find(ns, only->key, only->kind) : ssd->List(ns)) {
     EntryInfo info;
     info.key = key.chain;
     info.kind = key.kind;

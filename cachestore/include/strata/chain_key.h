@@ -47,6 +47,7 @@ struct Digest16 {
     std::memcpy(&v, bytes.data(), sizeof(v));
     return v;
   }
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 misreads a defaulted <=>
   friend auto operator<=>(const Digest16&, const Digest16&) = default;
 };
 

@@ -164,6 +164,12 @@ class SsdTier {
   // Every unexpired entry of namespace `ns`, for admin calls (a scan of the
   // in-memory index; no I/O). Times are on the tier's clock, see Now().
   std::vector<std::pair<SsdKey, SsdEntryMeta>> List(std::string_view ns) const;
+  // The unexpired entries of `ns` under this chain key and kind, whatever
+  // their model (admin calls name no model; a chain key is derived from one,
+  // so there is at most one in practice). Index lookups, one per model the
+  // namespace ever stored: no scan, however many entries the tier holds.
+  std::vector<std::pair<SsdKey, SsdEntryMeta>> Find(std::string_view ns, const ChainKey& chain,
+                                                    StateKind kind) const;
   Nanos Now() const;
 
   // TTL expiry, then eviction down to the low watermark if above the high

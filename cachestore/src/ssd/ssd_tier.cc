@@ -21,8 +21,10 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -99,6 +101,9 @@ struct SsdTier::Impl {
 
   mutable std::mutex mu;
   std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
+  // Every model a namespace stored (never shrinks: a handful), so admin
+  // lookups by chain key alone need no scan. Under `mu`.
+  std::map<std::string, std::set<ModelId>, std::less<>> models;
   // Uses and renewals recorded by Touch, applied under `mu` before the
   // eviction order is read: Touch runs on the DRAM tier's hot paths (under
   // its locks) and must not wait for `mu`, which an eviction scan holds for
@@ -570,6 +575,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
     auto rec = std::make_shared<Record>();
     rec->meta = *meta;
     rec->persisted_access = meta->last_access;
+    impl->models[key->ns].insert(key->model_id);
     impl->records.emplace(std::string(k), std::move(rec));
   });
   STRATA_RETURN_IF_ERROR(scan);
@@ -747,6 +753,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     auto rec = std::make_shared<Record>();
     rec->meta = metas[i];
     rec->persisted_access = now;
+    s.models[writes[i].key.ns].insert(writes[i].key.model_id);
     RecordPtr& slot = s.records[keys[i]];
     if (slot != nullptr) {
       // An expired entry under the same key: the put just overwrote its
@@ -916,6 +923,24 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) 
     if (record->meta.expiry <= now) continue;
     std::optional<SsdKey> key = DecodeSsdKey(k);
     if (key.has_value() && key->ns == ns) out.emplace_back(std::move(*key), record->meta);
+  }
+  return out;
+}
+
+std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::Find(std::string_view ns,
+                                                           const ChainKey& chain,
+                                                           StateKind kind) const {
+  std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
+  const Nanos now = impl_->clock->Now();
+  std::lock_guard lock(impl_->mu);
+  auto models = impl_->models.find(ns);
+  if (models == impl_->models.end()) return out;
+  impl_->ApplyTouchesLocked();
+  for (const ModelId& model : models->second) {
+    SsdKey key{std::string(ns), model, chain, kind};
+    auto it = impl_->records.find(EncodeSsdKey(key));
+    if (it == impl_->records.end() || it->second->meta.expiry <= now) continue;
+    out.emplace_back(std::move(key), it->second->meta);
   }
   return out;
 }
