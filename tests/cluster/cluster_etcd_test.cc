@@ -7,6 +7,8 @@
 #include <chrono>
 #include <set>
 
+#include "cluster/etcd_client.h"
+#include "cluster/etcd_membership.h"
 #include "etcd_test_util.h"
 #include "node_test_util.h"
 #include "strata/membership.h"
@@ -83,7 +85,8 @@ TEST_F(ClusterEtcdTest, KilledNodeLosesNoReplicatedHitAndLeavesRoutingWithinTheL
   const Prompt p = MakePrompt(*store, 24, 21);
   auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, true));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
-  for (uint32_t r : committed->replicas) EXPECT_EQ(r, 2u);
+  for (size_t b = 0; b < committed->replicas.size(); ++b)
+    EXPECT_EQ(committed->replicas[b], 2u) << committed->blocks[b].ToString();
 
   const auto killed = steady_clock::now();
   nodes_[1]->Kill();
@@ -121,6 +124,39 @@ TEST_F(ClusterEtcdTest, KilledNodeLosesNoReplicatedHitAndLeavesRoutingWithinTheL
   // etcd checks leases every 500 ms, a keep-alive may have renewed it just
   // before the kill, and the watch takes a moment to tell us.
   EXPECT_LE(attempt - killed, milliseconds(2000 + 2000));
+}
+
+TEST_F(ClusterEtcdTest, ReplicationFactorFollowsEtcdWithoutReopening) {
+  auto store = OpenCluster(0);  // R from etcd: unset, so 1
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 12, 41);
+  auto committed = store->Commit(TestModel(), Payloads(p, 0, 12, false));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  for (uint32_t r : committed->replicas) EXPECT_EQ(r, 1u);
+
+  cluster::EtcdClientOptions eo;
+  eo.endpoints = {etcd_->endpoint()};
+  auto etcd = cluster::EtcdClient::Open(eo);
+  ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
+  ASSERT_TRUE(
+      (*etcd)->Put(cluster::SettingKey("test", cluster::kReplicationFactorSetting), "2").ok());
+  uint32_t seed = 200;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const Prompt q = MakePrompt(*store, 8, ++seed);
+        auto r = store->Commit(TestModel(), Payloads(q, 0, 8, false));
+        if (!r.ok()) return false;
+        for (uint32_t n : r->replicas) {
+          if (n != 2) return false;
+        }
+        return true;
+      },
+      milliseconds(5000)));
+  // Blocks written with one replica still hit: their first replica is
+  // asked first.
+  auto m = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->blocks.size(), 12u);
 }
 
 TEST_F(ClusterEtcdTest, DrainedNodeTakesNoNewWritesAndServesReadsUntilItLeaves) {

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -75,6 +76,22 @@ class ScopedUcxTransports {
 
 NodeInfo Info(const NodeProcess& node, bool draining = false) {
   return {node.target(), node.target(), draining};
+}
+
+// Whether the process reached the stopped state ('T' in /proc/<pid>/stat)
+// within a few seconds: SIGSTOP stops its threads asynchronously.
+bool WaitStopped(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
 }
 
 class ClusterStoreTest : public ::testing::Test {
@@ -493,6 +510,7 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   ASSERT_LT(first_hung, 24u) << "the prompt needs a block on node 2";
 
   ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(nodes_[2]->pid()));  // a running thread may answer one more call
   // The first call waits out the node's deadline and counts as a miss...
   auto m = MatchPrompt(*store, p, false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();

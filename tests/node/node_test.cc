@@ -4,7 +4,12 @@
 // holds leases, abort after a partial write, SIGTERM during transfers and a
 // restart, tenant isolation, credentials, request limits, the admin calls,
 // /metrics and /healthz, and many concurrent clients.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <set>
@@ -22,7 +27,7 @@ class NodeTest : public ::testing::Test {
     node_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void StartNode(NodeProcess::Options options = {}) {
+  void StartNode(const NodeProcess::Options& options = {}) {
     std::string error;
     node_ = NodeProcess::Start(dir_, options, &error);
     ASSERT_NE(node_, nullptr) << error;
@@ -70,6 +75,93 @@ void RoundTrip(const NodeProcess& node, const std::string& mode, uint32_t seed) 
   for (size_t g = 0; g < layer_groups.size(); ++g) EXPECT_EQ(layer_groups[g], g);
   EXPECT_TRUE(store->Abort(m->lease).ok());
   EXPECT_EQ(NodeStats(node).read_leases(), 0u);
+}
+
+// A TCP relay to a port on loopback that holds every new connection for
+// `delay` before passing bytes: a node whose handshake takes that long (a
+// loaded host, a long round trip with TLS).
+class SlowRelay {
+ public:
+  SlowRelay(int target_port, std::chrono::milliseconds delay)
+      : target_port_(target_port), delay_(delay) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(listen_fd_, 16) != 0 ||
+        getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~SlowRelay() {
+    stop_ = true;
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+    if (acceptor_.joinable()) acceptor_.join();
+    for (std::thread& t : pumps_) t.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      const int client = accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) return;
+      pumps_.emplace_back([this, client] { Pump(client); });
+    }
+  }
+  void Pump(int client) {
+    std::this_thread::sleep_for(delay_);
+    const int server = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+    if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      char buf[16384];
+      while (!stop_ && poll(fds, 2, 100) >= 0) {
+        bool closed = false;
+        for (int i = 0; i < 2; ++i) {
+          if (fds[i].revents == 0) continue;
+          const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+          if (n <= 0 || write(fds[1 - i].fd, buf, static_cast<size_t>(n)) != n) closed = true;
+        }
+        if (closed) break;
+      }
+    }
+    close(server);
+    close(client);
+  }
+
+  int target_port_;
+  std::chrono::milliseconds delay_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;  // touched by the acceptor only, joined after it
+};
+
+TEST_F(NodeTest, SlowHandshakeStillConnects) {
+  StartNode();
+  // gRPC takes its "min reconnect backoff" as a connection attempt's
+  // deadline: with it at 100 ms this node could never be reached.
+  SlowRelay relay(node_->grpc_port(), std::chrono::milliseconds(400));
+  ASSERT_GT(relay.port(), 0);
+  ClientOptions options;
+  options.token = kTokenA.token;
+  auto store = OpenStore("strata://127.0.0.1:" + std::to_string(relay.port()), options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const Prompt p = MakePrompt(**store, 3, 17);
+  CommitAll(**store, p);
+  auto m = MatchPrompt(**store, p, false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->blocks.size(), 3u);
 }
 
 TEST_F(NodeTest, RoundTripActiveMessages) {
@@ -646,6 +738,7 @@ TEST_F(NodeTest, ManyConcurrentClients) {
   CommitAll(*seed_store, shared);
   std::atomic<int> failures{0};
   std::vector<std::thread> clients;
+  clients.reserve(kClients);
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
       auto store =

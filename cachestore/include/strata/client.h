@@ -11,7 +11,8 @@
 //                        written to `replication_factor` of them
 //   strata+etcd://h1:2379[,h2:2379]/<cluster>
 //                        a cluster whose live nodes etcd lists (DESIGN §6);
-//                        placed and replicated as above, R from etcd unless
+//                        placed and replicated as above, R from etcd (and
+//                        followed when it changes there) unless
 //                        `replication_factor` is set
 #pragma once
 

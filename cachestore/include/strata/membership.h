@@ -26,6 +26,8 @@ struct NodeInfo {
 struct ClusterSettings {
   uint32_t replication_factor = 1;
   uint32_t block_tokens = 0;  // 0: not set cluster-wide
+
+  bool operator==(const ClusterSettings&) const = default;
 };
 
 class Membership {
@@ -37,7 +39,7 @@ class Membership {
   virtual std::vector<NodeInfo> Nodes() const = 0;
   virtual ClusterSettings Settings() const = 0;
   // Called (from a membership thread) with the full new list after every
-  // change; returns a handle id for Unsubscribe. Never called after
+  // change, of the list or of the settings; returns a handle id for Unsubscribe. Never called after
   // Unsubscribe returns.
   virtual uint64_t Subscribe(Listener listener) = 0;
   virtual void Unsubscribe(uint64_t id) = 0;

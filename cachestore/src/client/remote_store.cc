@@ -875,10 +875,14 @@ Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
     creds = grpc::SslCredentials(ssl);
   }
   // A restarted node is found again within a second: gRPC's default
-  // reconnect backoff grows to two minutes while a node is down.
+  // reconnect backoff grows to two minutes while a node is down. gRPC also
+  // takes the "min reconnect backoff" as the time one connection attempt
+  // (TCP, TLS, HTTP/2 settings) may take: at 100 ms a busy node, or a long
+  // round trip with TLS, could never be connected to.
+  constexpr int kConnectAttemptMs = 5000;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectAttemptMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto store =
       std::make_unique<RemoteStore>(grpc::CreateCustomChannel(target, creds, args), opts, *mode);

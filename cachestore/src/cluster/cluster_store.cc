@@ -42,6 +42,7 @@ namespace {
 constexpr Nanos kFirstSkip = Seconds(1);
 constexpr Nanos kMaxSkip = Seconds(8);
 constexpr size_t kMaxTrackedLeases = 4096;
+constexpr uint32_t kMaxReplication = 16;
 
 // One node and our connection to it. The client is created on first use
 // and kept while the node stays in the membership.
@@ -63,6 +64,7 @@ struct NodeConn {
 struct View {
   explicit View(std::vector<NodeInfo> nodes) : placement(std::move(nodes)) {}
   Placement placement;
+  uint32_t replication = 1;  // R: replicas per block
   std::vector<std::shared_ptr<NodeConn>> conns;
 };
 
@@ -172,11 +174,12 @@ class FetchEvents {
 
 class ClusterStore final : public Store {
  public:
+  // `replication_factor` 0: the membership's setting, followed as it changes.
   ClusterStore(std::shared_ptr<Membership> membership, ClientOptions options,
                uint32_t replication_factor, Nanos call_timeout)
       : membership_(std::move(membership)),
         node_options_(std::move(options)),
-        replication_(replication_factor),
+        replication_option_(replication_factor),
         call_timeout_(call_timeout),
         pool_(std::clamp<size_t>(4 * membership_->Nodes().size(), 8, 64)) {
     SetNodes(membership_->Nodes());
@@ -244,7 +247,7 @@ class ClusterStore final : public Store {
     std::vector<std::vector<size_t>> asked(view->conns.size());
     std::vector<std::vector<size_t>> ranked(n);  // per block: replicas, best first
     for (size_t b = 0; b < n; ++b) {
-      ranked[b] = view->placement.ReadReplicas(req.keys[b], replication_);
+      ranked[b] = view->placement.ReadReplicas(req.keys[b], view->replication);
       for (size_t node : ranked[b]) asked[node].push_back(b);
     }
     struct NodeAnswer {
@@ -656,9 +659,14 @@ class ClusterStore final : public Store {
     return view_;
   }
 
-  // A new node list: connections to nodes that stay are kept.
+  // A new node list (or new cluster settings): connections to nodes that
+  // stay are kept.
   void SetNodes(const std::vector<NodeInfo>& nodes) {
     auto view = std::make_shared<View>(nodes);
+    view->replication =
+        replication_option_ != 0
+            ? replication_option_
+            : std::clamp<uint32_t>(membership_->Settings().replication_factor, 1, kMaxReplication);
     const std::shared_ptr<const View> old = Snapshot();
     for (const NodeInfo& info : view->placement.nodes()) {
       std::shared_ptr<NodeConn> conn;
@@ -792,7 +800,7 @@ class ClusterStore final : public Store {
     std::vector<std::vector<ChainKey>> placed(view.conns.size());
     for (size_t b = 0; b < blocks.size(); ++b) {
       const std::vector<size_t> replicas =
-          view.placement.WriteReplicas(blocks[b].key, replication_);
+          view.placement.WriteReplicas(blocks[b].key, view.replication);
       if (replicas.empty()) {
         (*no_replica)[b] = Unavailable("no node takes writes (all draining or gone)");
         continue;
@@ -1060,7 +1068,7 @@ class ClusterStore final : public Store {
 
   const std::shared_ptr<Membership> membership_;
   const ClientOptions node_options_;
-  const uint32_t replication_;
+  const uint32_t replication_option_;
   const Nanos call_timeout_;  // of one node call: a third of the caller's timeout
   TaskPool pool_;
   uint64_t subscription_ = 0;
@@ -1105,12 +1113,12 @@ Result<std::unique_ptr<Store>> OpenClusterStore(std::shared_ptr<Membership> memb
                                                 const ClientOptions& options) {
   if (membership == nullptr) return InvalidArgument("no membership");
   if (options.timeout <= 0) return InvalidArgument("timeout must be positive");
-  uint32_t replicas = options.replication_factor;
-  if (replicas == 0) replicas = membership->Settings().replication_factor;
-  if (replicas == 0) replicas = 1;
-  if (replicas > 16) return InvalidArgument("replication factor above 16");
-  auto store = std::make_unique<ClusterStore>(std::move(membership), options, replicas,
-                                              std::max<Nanos>(options.timeout / 3, 1));
+  if (options.replication_factor > kMaxReplication) {
+    return InvalidArgument("replication factor above " + std::to_string(kMaxReplication));
+  }
+  auto store =
+      std::make_unique<ClusterStore>(std::move(membership), options, options.replication_factor,
+                                     std::max<Nanos>(options.timeout / 3, 1));
   STRATA_RETURN_IF_ERROR(store->Connect());
   return std::unique_ptr<Store>(std::move(store));
 }

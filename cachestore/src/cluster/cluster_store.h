@@ -19,7 +19,8 @@ namespace strata {
 //  - options.timeout bounds a whole cluster call: a node call gets a third
 //    of it, so a fetch that waited out a dead replica still has time to
 //    read from another, and a node commit (reserve, write, publish) fits;
-//  - replication_factor 0 takes the membership's setting.
+//  - replication_factor 0 takes the membership's setting, and follows it
+//    when it changes (etcd's settings/replication_factor).
 // Fails when no node of the membership answers.
 Result<std::unique_ptr<Store>> OpenClusterStore(std::shared_ptr<Membership> membership,
                                                 const ClientOptions& options);

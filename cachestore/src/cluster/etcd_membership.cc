@@ -197,7 +197,7 @@ class EtcdMembership final : public Membership {
         }
       }
       // kvs_ is a sorted map: nodes come out sorted by node_id.
-      changed = nodes != nodes_;
+      changed = nodes != nodes_ || settings != settings_;
       nodes_ = nodes;
       settings_ = settings;
     }
