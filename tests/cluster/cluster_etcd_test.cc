@@ -4,6 +4,7 @@
 // node takes no new writes and keeps serving reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -75,6 +76,15 @@ class ClusterEtcdTest : public EtcdTest {
     return m.ok() ? m->blocks.size() : 0;
   }
 
+  // Commits a fresh 8-block prompt; true when every block got `replicas`.
+  static bool EveryBlockGetsReplicas(Store& store, uint32_t seed, uint32_t replicas) {
+    const Prompt q = MakePrompt(store, 8, seed);
+    auto r = store.Commit(TestModel(), Payloads(q, 0, 8, false));
+    if (!r.ok()) return false;
+    return std::all_of(r->replicas.begin(), r->replicas.end(),
+                       [&](uint32_t n) { return n == replicas; });
+  }
+
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
   std::unique_ptr<Membership> membership_;
 };
@@ -111,13 +121,7 @@ TEST_F(ClusterEtcdTest, KilledNodeLosesNoReplicatedHitAndLeavesRoutingWithinTheL
   const bool left = WaitFor(
       [&] {
         attempt = steady_clock::now();
-        const Prompt q = MakePrompt(*store, 8, ++seed);
-        auto r = store->Commit(TestModel(), Payloads(q, 0, 8, false));
-        if (!r.ok()) return false;
-        for (uint32_t n : r->replicas) {
-          if (n != 2) return false;
-        }
-        return true;
+        return EveryBlockGetsReplicas(*store, ++seed, 2);
       },
       milliseconds(8000));
   ASSERT_TRUE(left);
@@ -141,17 +145,8 @@ TEST_F(ClusterEtcdTest, ReplicationFactorFollowsEtcdWithoutReopening) {
   ASSERT_TRUE(
       (*etcd)->Put(cluster::SettingKey("test", cluster::kReplicationFactorSetting), "2").ok());
   uint32_t seed = 200;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        const Prompt q = MakePrompt(*store, 8, ++seed);
-        auto r = store->Commit(TestModel(), Payloads(q, 0, 8, false));
-        if (!r.ok()) return false;
-        for (uint32_t n : r->replicas) {
-          if (n != 2) return false;
-        }
-        return true;
-      },
-      milliseconds(5000)));
+  EXPECT_TRUE(
+      WaitFor([&] { return EveryBlockGetsReplicas(*store, ++seed, 2); }, milliseconds(5000)));
   // Blocks written with one replica still hit: their first replica is
   // asked first.
   auto m = MatchPrompt(*store, p, false);
