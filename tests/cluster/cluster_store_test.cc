@@ -508,6 +508,10 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   size_t first_hung = 0;
   while (first_hung < 24 && Owner(p.keys[first_hung + 1]) != 2) ++first_hung;
   ASSERT_LT(first_hung, 24u) << "the prompt needs a block on node 2";
+  // Written while node 2 is skipped (within a second of its strike), so
+  // made ready before.
+  const Prompt q = MakePrompt(*store, 24, 12);
+  const std::vector<CommitPayload> q_payloads = Payloads(q, 0, 24, false);
 
   ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
   ASSERT_TRUE(WaitStopped(nodes_[2]->pid()));  // a running thread may answer one more call
@@ -516,8 +520,7 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->blocks.size(), first_hung);
   // ...after which the node is skipped: its writes fail at once, saying so.
-  const Prompt q = MakePrompt(*store, 24, 12);
-  auto skipped = store->Commit(TestModel(), Payloads(q, 0, 24, false));
+  auto skipped = store->Commit(TestModel(), q_payloads);
   ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
   size_t on_hung = 0;
   for (size_t b = 0; b < 24; ++b) {
@@ -537,7 +540,7 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   m = MatchPrompt(*store, p, false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->blocks.size(), first_hung);
-  skipped = store->Commit(TestModel(), Payloads(q, 0, 24, false));
+  skipped = store->Commit(TestModel(), q_payloads);
   ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
   for (size_t b = 0; b < 24; ++b) {
     if (Owner(q.keys[b + 1]) != 2) continue;

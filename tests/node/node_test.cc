@@ -99,10 +99,10 @@ class SlowRelay {
   }
   ~SlowRelay() {
     stop_ = true;
-    shutdown(listen_fd_, SHUT_RDWR);
-    close(listen_fd_);
+    shutdown(listen_fd_, SHUT_RDWR);  // wakes accept()
     if (acceptor_.joinable()) acceptor_.join();
     for (std::thread& t : pumps_) t.join();
+    close(listen_fd_);
   }
   int port() const { return port_; }
 

@@ -39,7 +39,8 @@ class Membership {
   virtual std::vector<NodeInfo> Nodes() const = 0;
   virtual ClusterSettings Settings() const = 0;
   // Called (from a membership thread) with the full new list after every
-  // change, of the list or of the settings; returns a handle id for Unsubscribe. Never called after
+  // change, of the list or of the settings (a listener may call Settings());
+  // returns a handle id for Unsubscribe. Never called after
   // Unsubscribe returns.
   virtual uint64_t Subscribe(Listener listener) = 0;
   virtual void Unsubscribe(uint64_t id) = 0;

@@ -876,9 +876,11 @@ Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
   }
   // A restarted node is found again within a second: gRPC's default
   // reconnect backoff grows to two minutes while a node is down. gRPC also
-  // takes the "min reconnect backoff" as the time one connection attempt
-  // (TCP, TLS, HTTP/2 settings) may take: at 100 ms a busy node, or a long
-  // round trip with TLS, could never be connected to.
+  // gives each connection attempt (TCP, TLS, HTTP/2 settings) the larger of
+  // the current backoff and the "min reconnect backoff": at 100 ms, a node
+  // slower than that to shake hands (busy, or far away with TLS) failed the
+  // first attempts, failing the calls meanwhile, and past the 1 s maximum
+  // backoff every one.
   constexpr int kConnectAttemptMs = 5000;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);

@@ -44,20 +44,28 @@ constexpr Nanos kMaxSkip = Seconds(8);
 constexpr size_t kMaxTrackedLeases = 4096;
 constexpr uint32_t kMaxReplication = 16;
 
-// One node and our connection to it. The client is created on first use
-// and kept while the node stays in the membership.
-struct NodeConn {
-  explicit NodeConn(NodeInfo n) : info(std::move(n)) {}
-  const NodeInfo info;
+// Our connection to one node and what we learned of its answering. The
+// client is created on first use; both are kept while the node stays in the
+// membership (across changes of its drain flag).
+struct NodeLink {
   std::mutex mu;
   std::shared_ptr<NodeClient> client;
+  bool connecting = false;  // one caller connects, without holding mu
   // Not answering: calls skip the node until skip_until, when one goes
   // through as a probe (and moves skip_until on by skip_for, so the others
   // keep skipping while it runs). skip_for 0: the node answers.
   Nanos skip_for = 0;
   Nanos skip_until = 0;
-  Nanos struck_at = 0;  // when it last failed; calls started before are old news
+  Nanos struck_at = 0;   // calls started before a strike are old news...
+  Nanos cleared_at = 0;  // ...and so are those started before it answered again
   Status last_error;
+};
+
+// One node of a view: as the membership lists it, and our link to it.
+struct NodeConn {
+  NodeConn(NodeInfo n, std::shared_ptr<NodeLink> l) : info(std::move(n)), link(std::move(l)) {}
+  const NodeInfo info;
+  const std::shared_ptr<NodeLink> link;
 };
 
 // The membership as of one change: placement and connections, by index.
@@ -182,9 +190,10 @@ class ClusterStore final : public Store {
         replication_option_(replication_factor),
         call_timeout_(call_timeout),
         pool_(std::clamp<size_t>(4 * membership_->Nodes().size(), 8, 64)) {
-    SetNodes(membership_->Nodes());
-    subscription_ =
-        membership_->Subscribe([this](const std::vector<NodeInfo>& nodes) { SetNodes(nodes); });
+    // Subscribed first, so no change falls between reading and listening.
+    subscription_ = membership_->Subscribe(
+        [this](const std::vector<NodeInfo>& nodes) { Refresh(nodes, /*heard=*/true); });
+    Refresh(membership_->Nodes(), /*heard=*/false);
   }
 
   ~ClusterStore() override {
@@ -659,9 +668,16 @@ class ClusterStore final : public Store {
     return view_;
   }
 
-  // A new node list (or new cluster settings): connections to nodes that
-  // stay are kept.
-  void SetNodes(const std::vector<NodeInfo>& nodes) {
+  // Rebuilds the view from a node list and the current settings; links to
+  // nodes that stay are kept. `heard`: the list comes from a listener call,
+  // else from the constructor, whose list loses to any listener call that
+  // got in first (it may be older). Serialised; the membership is never
+  // asked for its nodes under refresh_mu_ (a membership may call listeners
+  // under its own lock).
+  void Refresh(const std::vector<NodeInfo>& nodes, bool heard) {
+    std::lock_guard refresh(refresh_mu_);
+    if (!heard && heard_) return;
+    heard_ = heard_ || heard;
     auto view = std::make_shared<View>(nodes);
     view->replication =
         replication_option_ != 0
@@ -669,81 +685,77 @@ class ClusterStore final : public Store {
             : std::clamp<uint32_t>(membership_->Settings().replication_factor, 1, kMaxReplication);
     const std::shared_ptr<const View> old = Snapshot();
     for (const NodeInfo& info : view->placement.nodes()) {
-      std::shared_ptr<NodeConn> conn;
+      std::shared_ptr<NodeLink> link;
       if (old != nullptr) {
         for (const std::shared_ptr<NodeConn>& c : old->conns) {
-          if (c->info.node_id == info.node_id && c->info.address == info.address) conn = c;
+          if (c->info.node_id == info.node_id && c->info.address == info.address) link = c->link;
         }
       }
-      // A changed drain flag keeps the connection but needs the new info.
-      if (conn != nullptr && conn->info.draining != info.draining) {
-        auto updated = std::make_shared<NodeConn>(info);
-        std::lock_guard lock(conn->mu);
-        updated->client = conn->client;
-        updated->skip_for = conn->skip_for;
-        updated->skip_until = conn->skip_until;
-        updated->struck_at = conn->struck_at;
-        updated->last_error = conn->last_error;
-        conn = std::move(updated);
-      }
-      view->conns.push_back(conn != nullptr ? conn : std::make_shared<NodeConn>(info));
+      if (link == nullptr) link = std::make_shared<NodeLink>();
+      view->conns.push_back(std::make_shared<NodeConn>(info, std::move(link)));
     }
     std::lock_guard lock(view_mu_);
     view_ = std::move(view);
   }
 
-  // The node's client, connecting on first use; a node that just failed to
-  // connect is not tried again for a second.
   // Unavailable on a read means the node is not serving; on a write it may
   // be a draining node refusing new blocks, which answers all the same.
   static constexpr bool kReads = true;
   static constexpr bool kWrites = false;
 
   // The node's client, connected on first use; refused while the node is
-  // being skipped, except for a probe once the wait is over (`probe`
-  // false: never a probe, for calls that only queue work).
-  Result<std::shared_ptr<NodeClient>> Client(NodeConn& node, bool probe = true) {
-    std::lock_guard lock(node.mu);
-    const Nanos now = SteadyClock().Now();
-    if (node.skip_for > 0) {
-      if (now < node.skip_until || !probe) {
-        return Unavailable(
-            "node " + node.info.node_id + " (" + node.info.address + ") is skipped for another " +
-            std::to_string((std::max<Nanos>(node.skip_until - now, 0) + 999'999) / 1'000'000) +
-            " ms: " + node.last_error.message());
-      }
-      node.skip_until = now + node.skip_for;  // this call probes; the others wait for it
+  // being skipped, except for a probe once the wait is over. `probe` false:
+  // only an existing client, whatever the node's state (for work that is
+  // queued, not sent).
+  Result<std::shared_ptr<NodeClient>> Client(const NodeConn& node, bool probe = true) {
+    NodeLink& link = *node.link;
+    std::unique_lock lock(link.mu);
+    const std::string who = "node " + node.info.node_id + " (" + node.info.address + ")";
+    if (!probe) {
+      if (link.client != nullptr) return link.client;
+      return Unavailable(who + " is not connected");
     }
-    if (node.client != nullptr) return node.client;
+    const Nanos now = SteadyClock().Now();
+    if (link.skip_for > 0) {
+      if (now < link.skip_until) {
+        return Unavailable(
+            who + " is skipped for another " +
+            std::to_string((std::max<Nanos>(link.skip_until - now, 0) + 999'999) / 1'000'000) +
+            " ms: " + link.last_error.message());
+      }
+      link.skip_until = now + link.skip_for;  // this call probes; the others wait for it
+    }
+    if (link.client != nullptr) return link.client;
+    if (link.connecting) return Unavailable(who + " is being connected");
+    link.connecting = true;
+    lock.unlock();  // connecting may take a call deadline
     ClientOptions options = node_options_;
     options.timeout = call_timeout_;
     Result<std::unique_ptr<NodeClient>> client = ConnectNode(node.info.address, options);
-    if (!client.ok()) {
-      const Status st(client.status().code(), "node " + node.info.node_id + " (" +
-                                                  node.info.address +
-                                                  "): " + client.status().message());
-      StrikeLocked(node, st, now);
-      return st;
-    }
-    node.client = std::move(client).value();
-    {
+    Status refused;
+    if (client.ok()) {
       std::lock_guard ns_lock(ns_mu_);
-      if (ns_.empty()) ns_ = node.client->caller_namespace();
-      if (ns_ != node.client->caller_namespace()) {
-        node.client.reset();
-        const Status st = Internal("node " + node.info.node_id +
-                                   " maps this token to another namespace than its peers");
-        StrikeLocked(node, st, now);
-        return st;
+      if (ns_.empty()) ns_ = (*client)->caller_namespace();
+      if (ns_ != (*client)->caller_namespace()) {
+        refused = Internal(who + " maps this token to another namespace than its peers");
       }
+    } else {
+      refused = Status(client.status().code(), who + ": " + client.status().message());
     }
-    return node.client;
+    lock.lock();
+    link.connecting = false;
+    if (!refused.ok()) {
+      StrikeLocked(link, refused, SteadyClock().Now());
+      return refused;
+    }
+    link.client = std::move(client).value();
+    return link.client;
   }
 
   // Runs `call` with the node's client, unless the node is being skipped,
   // and learns from the outcome whether the node answers.
   template <typename Call>
-  std::invoke_result_t<Call&, NodeClient&> OnNode(NodeConn& node, bool reads, Call&& call) {
+  std::invoke_result_t<Call&, NodeClient&> OnNode(const NodeConn& node, bool reads, Call&& call) {
     using Out = std::invoke_result_t<Call&, NodeClient&>;
     const Nanos started = SteadyClock().Now();
     Result<std::shared_ptr<NodeClient>> client = Client(node);
@@ -757,25 +769,35 @@ class ClusterStore final : public Store {
     return out;
   }
 
-  // A call to the node that started at `started` ended with `st`.
-  void Heard(NodeConn& node, bool reads, const Status& st, Nanos started) {
+  // A call to the node that started at `started` ended with `st`: past its
+  // deadline, or a read refused as unavailable, is not answering; a write
+  // refused as unavailable says nothing (a draining node refuses writes
+  // and answers); anything else is an answer.
+  static void Heard(const NodeConn& node, bool reads, const Status& st, Nanos started) {
     const bool silent = st.code() == StatusCode::kDeadlineExceeded ||
                         (reads && st.code() == StatusCode::kUnavailable);
-    std::lock_guard lock(node.mu);
+    if (!silent && st.code() == StatusCode::kUnavailable) return;
+    NodeLink& link = *node.link;
+    std::lock_guard lock(link.mu);
+    const Nanos now = SteadyClock().Now();
     if (!silent) {
-      node.skip_for = 0;  // it answered, if only with an error
-    } else if (node.skip_for == 0 || started >= node.struck_at) {
-      // Calls already in flight when it was struck fail too: not a new strike.
-      StrikeLocked(node, Status(st.code(), "not answering (" + st.message() + ")"),
-                   SteadyClock().Now());
+      if (link.skip_for > 0) {
+        link.skip_for = 0;
+        link.cleared_at = now;
+      }
+      return;
     }
+    // Calls that were in flight when the node was struck, or when it
+    // answered again, fail late: not news.
+    if (started < link.cleared_at || (link.skip_for > 0 && started < link.struck_at)) return;
+    StrikeLocked(link, Status(st.code(), "not answering (" + st.message() + ")"), now);
   }
 
-  static void StrikeLocked(NodeConn& node, const Status& st, Nanos now) {
-    node.skip_for = node.skip_for == 0 ? kFirstSkip : std::min(2 * node.skip_for, kMaxSkip);
-    node.skip_until = now + node.skip_for;
-    node.struck_at = now;
-    node.last_error = st;
+  static void StrikeLocked(NodeLink& link, const Status& st, Nanos now) {
+    link.skip_for = link.skip_for == 0 ? kFirstSkip : std::min(2 * link.skip_for, kMaxSkip);
+    link.skip_until = now + link.skip_for;
+    link.struck_at = now;
+    link.last_error = st;
   }
 
   Result<std::string> Namespace() {
@@ -1073,6 +1095,8 @@ class ClusterStore final : public Store {
   TaskPool pool_;
   uint64_t subscription_ = 0;
 
+  std::mutex refresh_mu_;
+  bool heard_ = false;  // a listener call refreshed the view (refresh_mu_)
   mutable std::mutex view_mu_;
   std::shared_ptr<const View> view_;
 

@@ -49,6 +49,10 @@ class WallClock final : public Clock {
 
 const WallClock kWallClock;
 
+// Above this many models in a namespace, Find scans instead of looking up
+// the chain key under each.
+constexpr size_t kMaxModelLookups = 64;
+
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kSsdBlockBytes == 0; }
 
 std::string Errno(int err) { return std::strerror(err); }
@@ -101,8 +105,8 @@ struct SsdTier::Impl {
 
   mutable std::mutex mu;
   std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
-  // Every model a namespace stored (never shrinks: a handful), so admin
-  // lookups by chain key alone need no scan. Under `mu`.
+  // Every model a namespace stored (never shrinks: a handful, 16 bytes
+  // each), so admin lookups by chain key alone need no scan. Under `mu`.
   std::map<std::string, std::set<ModelId>, std::less<>> models;
   // Uses and renewals recorded by Touch, applied under `mu` before the
   // eviction order is read: Touch runs on the DRAM tier's hot paths (under
@@ -931,16 +935,25 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::Find(std::string_view ns,
                                                            const ChainKey& chain,
                                                            StateKind kind) const {
   std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
-  const Nanos now = impl_->clock->Now();
-  std::lock_guard lock(impl_->mu);
-  auto models = impl_->models.find(ns);
-  if (models == impl_->models.end()) return out;
-  impl_->ApplyTouchesLocked();
-  for (const ModelId& model : models->second) {
-    SsdKey key{std::string(ns), model, chain, kind};
-    auto it = impl_->records.find(EncodeSsdKey(key));
-    if (it == impl_->records.end() || it->second->meta.expiry <= now) continue;
-    out.emplace_back(std::move(key), it->second->meta);
+  {
+    const Nanos now = impl_->clock->Now();
+    std::lock_guard lock(impl_->mu);
+    auto models = impl_->models.find(ns);
+    if (models == impl_->models.end()) return out;
+    if (models->second.size() <= kMaxModelLookups) {
+      impl_->ApplyTouchesLocked();
+      for (const ModelId& model : models->second) {
+        SsdKey key{std::string(ns), model, chain, kind};
+        auto it = impl_->records.find(EncodeSsdKey(key));
+        if (it == impl_->records.end() || it->second->meta.expiry <= now) continue;
+        out.emplace_back(std::move(key), it->second->meta);
+      }
+      return out;
+    }
+  }
+  // So many models that a scan is cheaper than a lookup for each.
+  for (auto& [key, meta] : List(ns)) {
+    if (key.chain == chain && key.kind == kind) out.emplace_back(std::move(key), meta);
   }
   return out;
 }
