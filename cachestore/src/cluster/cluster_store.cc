@@ -710,23 +710,24 @@ class ClusterStore final : public Store {
   Result<std::shared_ptr<NodeClient>> Client(const NodeConn& node, bool probe = true) {
     NodeLink& link = *node.link;
     std::unique_lock lock(link.mu);
-    const std::string who = "node " + node.info.node_id + " (" + node.info.address + ")";
+    // Named only on the way out with an error: the usual call returns the client.
+    auto who = [&] { return "node " + node.info.node_id + " (" + node.info.address + ")"; };
     if (!probe) {
       if (link.client != nullptr) return link.client;
-      return Unavailable(who + " is not connected");
+      return Unavailable(who() + " is not connected");
     }
     const Nanos now = SteadyClock().Now();
     if (link.skip_for > 0) {
       if (now < link.skip_until) {
         return Unavailable(
-            who + " is skipped for another " +
+            who() + " is skipped for another " +
             std::to_string((std::max<Nanos>(link.skip_until - now, 0) + 999'999) / 1'000'000) +
             " ms: " + link.last_error.message());
       }
       link.skip_until = now + link.skip_for;  // this call probes; the others wait for it
     }
     if (link.client != nullptr) return link.client;
-    if (link.connecting) return Unavailable(who + " is being connected");
+    if (link.connecting) return Unavailable(who() + " is being connected");
     link.connecting = true;
     lock.unlock();  // connecting may take a call deadline
     ClientOptions options = node_options_;
@@ -737,10 +738,10 @@ class ClusterStore final : public Store {
       std::lock_guard ns_lock(ns_mu_);
       if (ns_.empty()) ns_ = (*client)->caller_namespace();
       if (ns_ != (*client)->caller_namespace()) {
-        refused = Internal(who + " maps this token to another namespace than its peers");
+        refused = Internal(who() + " maps this token to another namespace than its peers");
       }
     } else {
-      refused = Status(client.status().code(), who + ": " + client.status().message());
+      refused = Status(client.status().code(), who() + ": " + client.status().message());
     }
     lock.lock();
     link.connecting = false;
@@ -1011,12 +1012,6 @@ class ClusterStore final : public Store {
       tasks.reserve(subs.size());
       for (SubFetch& s : subs) {
         tasks.emplace_back([&s, &req, &events, this] {
-          const Nanos started = SteadyClock().Now();
-          Result<std::shared_ptr<NodeClient>> client = Client(*s.node);
-          if (!client.ok()) {
-            s.outcome.status = client.status();
-            return;
-          }
           FetchRequest sub;
           sub.match = &s.match;
           sub.block_buffers = s.buffers;
@@ -1027,8 +1022,11 @@ class ClusterStore final : public Store {
               events.Group(s.positions[e.block], e.group);
             if (e.type == FetchEvent::Type::kBlockReady) events.Block(s.positions[e.block]);
           };
-          s.outcome = (*client)->Fetch(sub).Wait();
-          Heard(*s.node, kReads, s.outcome.status, started);
+          // The outcome's status, or why the node was not asked.
+          s.outcome.status = OnNode(*s.node, kReads, [&](NodeClient& client) {
+            s.outcome = client.Fetch(sub).Wait();
+            return s.outcome.status;
+          });
         });
       }
       pool_.RunAll(std::move(tasks));
