@@ -332,14 +332,15 @@ TEST_F(ClusterStoreTest, KillNineWithTwoReplicasLosesNoHit) {
   EXPECT_EQ(f.swa, p.swa.bytes);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 
-  // New writes still reach R live replicas where they can, and say so.
+  // New writes still reach R replicas: the dead node's share goes to the
+  // node ranked next.
   const Prompt q = MakePrompt(*store, 16, 4);
   auto more = Payloads(q, 0, 16, false);
-  auto partial = store->Commit(TestModel(), more);
-  ASSERT_TRUE(partial.ok()) << partial.status().ToString();
+  auto full = store->Commit(TestModel(), more);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
   for (size_t b = 0; b < more.size(); ++b) {
-    EXPECT_TRUE(partial->blocks[b].ok());
-    EXPECT_GE(partial->replicas[b], 1u);  // the dead node's share is missing
+    EXPECT_TRUE(full->blocks[b].ok()) << full->blocks[b].ToString();
+    EXPECT_EQ(full->replicas[b], 2u) << b;
   }
 }
 
@@ -468,13 +469,15 @@ TEST_F(ClusterStoreTest, JoiningNodeTakesNewWritesAndOldEntriesStay) {
   EXPECT_EQ(m->blocks.size(), 30u);
 }
 
-TEST_F(ClusterStoreTest, NodeDownAtOpenIsReportedPerBlockWithinTheDeadline) {
+TEST_F(ClusterStoreTest, DeadNodeIsReportedPerBlockThenItsShareMovesToTheNextNode) {
   std::vector<NodeInfo> infos = Infos();
-  nodes_[2]->Kill();
   auto store = OpenCluster(MakeStaticMembership(infos), 1, Seconds(4));
   ASSERT_NE(store, nullptr);
-  const Prompt p = MakePrompt(*store, 24, 11);
+  const Prompt p = MakePrompt(*store, 24, 11);  // a match: asks every node
+  nodes_[2]->Kill();
   const auto start = std::chrono::steady_clock::now();
+  // Not known down yet (a write refused says nothing: a draining node
+  // refuses writes too): its blocks fail, each saying so.
   auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, false));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
   size_t lost = 0;
@@ -488,12 +491,38 @@ TEST_F(ClusterStoreTest, NodeDownAtOpenIsReportedPerBlockWithinTheDeadline) {
     }
   }
   EXPECT_GT(lost, 0u);
+  // A read it does not answer marks it down.
   auto m = MatchPrompt(*store, p, false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   size_t first_lost = 0;
   while (Owner(p.keys[first_lost + 1]) != 2) ++first_lost;
   EXPECT_EQ(m->blocks.size(), first_lost);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+
+  // Known down, the node's share of the prompt goes to the nodes ranked
+  // next: the worker's second commit of what it missed makes it whole,
+  // which a static node list (never dropping the node) needs.
+  auto second = store->Commit(TestModel(), Payloads(p, 0, 24, false));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  for (size_t b = 0; b < 24; ++b) {
+    EXPECT_TRUE(second->blocks[b].ok()) << b << ": " << second->blocks[b].ToString();
+  }
+  const std::span<const ChainKey> keys(p.keys.data() + 1, 24);
+  EXPECT_EQ(Held(*nodes_[0], keys).size() + Held(*nodes_[1], keys).size(), 24u);
+  auto whole = MatchPrompt(*store, p, false);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->blocks.size(), 24u);
+  Fetched f = FetchAll(*store, *whole);
+  EXPECT_EQ(f.outcome.blocks_ready, 24u) << f.outcome.status.ToString();
+  ExpectSameBytes(p, f, 24);
+
+  // A client opened while the node is down knows it from the start.
+  auto fresh = OpenCluster(MakeStaticMembership(infos), 1, Seconds(4));
+  ASSERT_NE(fresh, nullptr);
+  const Prompt q = MakePrompt(*fresh, 24, 14);
+  auto first = fresh->Commit(TestModel(), Payloads(q, 0, 24, false));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->published, 24u);
 }
 
 TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
@@ -501,6 +530,10 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   // deadline instead of failing at once as after kill -9.
   auto store = OpenCluster(MakeStaticMembership(Infos()), 1, Seconds(3));
   ASSERT_NE(store, nullptr);
+  // A client that knows only the hung node: with nowhere else to write,
+  // its writes go to the node and say why they fail.
+  auto solo = OpenCluster(MakeStaticMembership({Info(*nodes_[2])}), 1, Seconds(3));
+  ASSERT_NE(solo, nullptr);
   const Prompt p = MakePrompt(*store, 24, 11);
   auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, false));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
@@ -512,6 +545,9 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   // made ready before.
   const Prompt q = MakePrompt(*store, 24, 12);
   const std::vector<CommitPayload> q_payloads = Payloads(q, 0, 24, false);
+  size_t q_on_hung = 0;
+  for (size_t b = 0; b < 24; ++b) q_on_hung += Owner(q.keys[b + 1]) == 2 ? 1 : 0;
+  ASSERT_GT(q_on_hung, 0u);
 
   ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
   ASSERT_TRUE(WaitStopped(nodes_[2]->pid()));  // a running thread may answer one more call
@@ -519,36 +555,35 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   auto m = MatchPrompt(*store, p, false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->blocks.size(), first_hung);
-  // ...after which the node is skipped: its writes fail at once, saying so.
-  auto skipped = store->Commit(TestModel(), q_payloads);
-  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
-  size_t on_hung = 0;
+  // ...after which the node is skipped: its share of new blocks goes to the
+  // nodes ranked next, and reads find them there without waiting for it.
+  auto moved = store->Commit(TestModel(), q_payloads);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
   for (size_t b = 0; b < 24; ++b) {
-    if (Owner(q.keys[b + 1]) != 2) {
-      EXPECT_TRUE(skipped->blocks[b].ok()) << skipped->blocks[b].ToString();
-      continue;
-    }
-    ++on_hung;
-    EXPECT_EQ(skipped->blocks[b].code(), StatusCode::kUnavailable) << skipped->blocks[b].ToString();
-    EXPECT_NE(skipped->blocks[b].message().find("not answering"), std::string::npos)
-        << skipped->blocks[b].ToString();
+    EXPECT_TRUE(moved->blocks[b].ok()) << b << ": " << moved->blocks[b].ToString();
   }
-  EXPECT_GT(on_hung, 0u);
+  auto mq = MatchPrompt(*store, q, false);
+  ASSERT_TRUE(mq.ok()) << mq.status().ToString();
+  EXPECT_EQ(mq->blocks.size(), 24u);
 
+  // The solo client strikes it the same way; its writes then fail at once.
+  m = MatchPrompt(*solo, p, false);
+  ASSERT_TRUE(m.ok() || m.status().code() == StatusCode::kDeadlineExceeded)
+      << m.status().ToString();
+  auto skipped = solo->Commit(TestModel(), q_payloads);
+  ASSERT_FALSE(skipped.ok());
+  EXPECT_EQ(skipped.status().code(), StatusCode::kUnavailable) << skipped.status().ToString();
+  EXPECT_NE(skipped.status().message().find("not answering"), std::string::npos)
+      << skipped.status().ToString();
   // Past the first second one call probes it; still hung, the wait doubles.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  m = MatchPrompt(*store, p, false);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->blocks.size(), first_hung);
-  skipped = store->Commit(TestModel(), q_payloads);
-  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
-  for (size_t b = 0; b < 24; ++b) {
-    if (Owner(q.keys[b + 1]) != 2) continue;
-    const std::string& why = skipped->blocks[b].message();
-    const size_t at = why.find("skipped for another ");
-    ASSERT_NE(at, std::string::npos) << why;
-    EXPECT_GT(std::stoi(why.substr(at + 20)), 1000) << why;
-  }
+  (void)MatchPrompt(*solo, p, false);
+  skipped = solo->Commit(TestModel(), q_payloads);
+  ASSERT_FALSE(skipped.ok());
+  const std::string why = skipped.status().message();
+  const size_t at = why.find("skipped for another ");
+  ASSERT_NE(at, std::string::npos) << why;
+  EXPECT_GT(std::stoi(why.substr(at + 20)), 1000) << why;
 
   // Resumed, it is probed again after its back-off and serves what it held.
   ASSERT_EQ(kill(nodes_[2]->pid(), SIGCONT), 0);
@@ -556,10 +591,17 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (served < 24 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    auto again = MatchPrompt(*store, p, false);
-    if (again.ok()) served = again->blocks.size();
+    auto back = MatchPrompt(*store, p, false);
+    if (back.ok()) served = back->blocks.size();
   }
   EXPECT_EQ(served, 24u);
+  // Answering again, it takes its share of new blocks back.
+  const Prompt r = MakePrompt(*store, 24, 13);
+  auto returned = store->Commit(TestModel(), Payloads(r, 0, 24, false));
+  ASSERT_TRUE(returned.ok()) << returned.status().ToString();
+  size_t r_on_2 = 0;
+  for (size_t b = 0; b < 24; ++b) r_on_2 += Owner(r.keys[b + 1]) == 2 ? 1 : 0;
+  EXPECT_EQ(Held(*nodes_[2], std::span<const ChainKey>(r.keys.data() + 1, 24)).size(), r_on_2);
 }
 
 TEST(ClusterUriTest, MalformedNodeListsAreRefused) {

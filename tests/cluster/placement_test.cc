@@ -141,5 +141,37 @@ TEST(PlacementTest, DrainingNodeTakesNoWritesButStillServesReads) {
   EXPECT_GT(on_b, 0);
 }
 
+TEST(PlacementTest, DownNodesShareGoesToTheNextRankedAndItIsStillAsked) {
+  const Placement p(Nodes({"a", "b", "c", "d"}));
+  const std::vector<bool> down = {false, true, false, false};  // "b" (sorted by id)
+  int moved = 0;
+  for (const ChainKey& k : Keys(3000)) {
+    for (uint32_t r : {1u, 2u}) {
+      const std::vector<size_t> live = p.WriteReplicas(k, r);
+      const std::vector<size_t> writes = p.WriteReplicas(k, r, down);
+      EXPECT_EQ(writes.size(), r);
+      EXPECT_EQ(std::count(writes.begin(), writes.end(), 1u), 0);
+      // Only b's replica moves; the other replicas stay where they were.
+      for (size_t n : live) {
+        if (n == 1) continue;
+        EXPECT_EQ(std::count(writes.begin(), writes.end(), n), 1);
+      }
+      // Reads ask b (it answers again some day) and where its share went.
+      const std::vector<size_t> reads = p.ReadReplicas(k, r, down);
+      for (size_t n : live) EXPECT_EQ(std::count(reads.begin(), reads.end(), n), 1);
+      for (size_t n : writes) EXPECT_EQ(std::count(reads.begin(), reads.end(), n), 1);
+      if (std::count(live.begin(), live.end(), 1u) == 1) {
+        ++moved;
+        EXPECT_EQ(reads.size(), r + 1);
+      } else {
+        EXPECT_EQ(reads, writes);
+      }
+    }
+  }
+  EXPECT_GT(moved, 0);
+  // Every node down: nothing is writable, as when all drain.
+  EXPECT_TRUE(p.WriteReplicas(Keys(1)[0], 1, {true, true, true, true}).empty());
+}
+
 }  // namespace
 }  // namespace strata

@@ -14,10 +14,13 @@
 //  - commit: each block to its R write replicas, in parallel; a block is
 //    OK when at least one replica holds it.
 //  - a node that stops answering (a call past its deadline, a read refused
-//    as unavailable) is skipped, its blocks misses, for a second, then
-//    probed by one call; each failed probe doubles the wait, up to 8 s. A
-//    hung node (alive, sockets open) would otherwise cost every request a
-//    node deadline, and a static node list never drops it.
+//    as unavailable) is skipped for a second, then probed by one call; each
+//    failed probe doubles the wait, up to 8 s. A hung node (alive, sockets
+//    open) would otherwise cost every request a node deadline, and a static
+//    node list never drops it. While it is down its share of new blocks goes
+//    to the next node in each block's placement order (reads ask both), so
+//    a dead node costs the blocks it held, not a steady share of misses;
+//    once a probe finds it answering, its blocks go back to it.
 #include "cluster/cluster_store.h"
 
 #include <algorithm>
@@ -255,8 +258,9 @@ class ClusterStore final : public Store {
     // The keys each node may hold, in prompt order.
     std::vector<std::vector<size_t>> asked(view->conns.size());
     std::vector<std::vector<size_t>> ranked(n);  // per block: replicas, best first
+    const std::vector<bool> down = Down(*view);
     for (size_t b = 0; b < n; ++b) {
-      ranked[b] = view->placement.ReadReplicas(req.keys[b], view->replication);
+      ranked[b] = view->placement.ReadReplicas(req.keys[b], view->replication, down);
       for (size_t node : ranked[b]) asked[node].push_back(b);
     }
     struct NodeAnswer {
@@ -801,6 +805,18 @@ class ClusterStore final : public Store {
     link.last_error = st;
   }
 
+  // Per node of the view: not answering (being skipped, or probed). Such a
+  // node takes no new blocks until it answers again.
+  static std::vector<bool> Down(const View& view) {
+    std::vector<bool> down(view.conns.size(), false);
+    for (size_t i = 0; i < view.conns.size(); ++i) {
+      NodeLink& link = *view.conns[i]->link;
+      std::lock_guard lock(link.mu);
+      down[i] = link.skip_for > 0;
+    }
+    return down;
+  }
+
   Result<std::string> Namespace() {
     {
       std::lock_guard lock(ns_mu_);
@@ -819,11 +835,17 @@ class ClusterStore final : public Store {
                   std::vector<WritePart>* parts, std::vector<std::vector<CommitBlock>>* node_blocks,
                   std::vector<Status>* no_replica) const {
     std::vector<int> part_of(view.conns.size(), -1);
+    const std::vector<bool> down = Down(view);
     // Per node, the keys placed there so far in this batch.
     std::vector<std::vector<ChainKey>> placed(view.conns.size());
     for (size_t b = 0; b < blocks.size(); ++b) {
-      const std::vector<size_t> replicas =
-          view.placement.WriteReplicas(blocks[b].key, view.replication);
+      std::vector<size_t> replicas =
+          view.placement.WriteReplicas(blocks[b].key, view.replication, down);
+      // With every writable node down, the block goes where it belongs:
+      // refused there at once, it says why, and it may be the probe that
+      // finds its node back.
+      if (replicas.empty())
+        replicas = view.placement.WriteReplicas(blocks[b].key, view.replication);
       if (replicas.empty()) {
         (*no_replica)[b] = Unavailable("no node takes writes (all draining or gone)");
         continue;

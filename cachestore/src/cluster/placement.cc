@@ -44,22 +44,24 @@ std::vector<size_t> Placement::Ranking(const ChainKey& key) const {
   return order;
 }
 
-std::vector<size_t> Placement::WriteReplicas(const ChainKey& key, uint32_t replicas) const {
+std::vector<size_t> Placement::WriteReplicas(const ChainKey& key, uint32_t replicas,
+                                             const std::vector<bool>& down) const {
   std::vector<size_t> out;
   for (size_t i : Ranking(key)) {
     if (out.size() >= replicas) break;
-    if (!nodes_[i].draining) out.push_back(i);
+    if (Writable(i, down)) out.push_back(i);
   }
   return out;
 }
 
-std::vector<size_t> Placement::ReadReplicas(const ChainKey& key, uint32_t replicas) const {
+std::vector<size_t> Placement::ReadReplicas(const ChainKey& key, uint32_t replicas,
+                                            const std::vector<bool>& down) const {
   std::vector<size_t> out;
   size_t writable = 0;
   for (size_t i : Ranking(key)) {
     if (writable >= replicas && out.size() >= replicas) break;
     out.push_back(i);
-    if (!nodes_[i].draining) ++writable;
+    if (Writable(i, down)) ++writable;
   }
   return out;
 }

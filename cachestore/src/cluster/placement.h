@@ -24,17 +24,24 @@ class Placement {
   const std::vector<NodeInfo>& nodes() const { return nodes_; }
 
   // The nodes a new block is written to: the `replicas` best-scoring nodes
-  // that are not draining (fewer when fewer are). Indices into nodes().
-  std::vector<size_t> WriteReplicas(const ChainKey& key, uint32_t replicas) const;
+  // that are neither draining nor down (fewer when fewer are). Indices into
+  // nodes(); `down[i]` marks node i as not answering (missing: answering).
+  std::vector<size_t> WriteReplicas(const ChainKey& key, uint32_t replicas,
+                                    const std::vector<bool>& down = {}) const;
 
   // The nodes that may hold the block, best first: the write replicas, plus
-  // the draining nodes that ranked above them (they took the block's writes
-  // before they started draining, and serve reads until they leave).
-  std::vector<size_t> ReadReplicas(const ChainKey& key, uint32_t replicas) const;
+  // the draining and down nodes that ranked above them (they took the
+  // block's writes before they started draining or stopped answering; a
+  // draining node serves reads until it leaves, a down one once it is back).
+  std::vector<size_t> ReadReplicas(const ChainKey& key, uint32_t replicas,
+                                   const std::vector<bool>& down = {}) const;
 
  private:
   // Every node, best score first.
   std::vector<size_t> Ranking(const ChainKey& key) const;
+  bool Writable(size_t node, const std::vector<bool>& down) const {
+    return !nodes_[node].draining && (node >= down.size() || !down[node]);
+  }
 
   std::vector<NodeInfo> nodes_;
   std::vector<uint64_t> id_seeds_;  // per node: hash of its id
