@@ -177,6 +177,18 @@ TEST(SsdTierTest, FindNamesEntriesByChainKeyWithoutTheirModelAndAfterRestart) {
   }
   EXPECT_EQ(tier->Find(many.ns, many.chain, many.kind).size(), 70u);
   EXPECT_TRUE(tier->Find(many.ns, a.chain, many.kind).empty());
+  // List names one namespace's entries, not those of a namespace whose
+  // name starts with it.
+  SsdKey short_ns = Key(8);
+  short_ns.ns = "tenant";
+  ASSERT_TRUE(tier->Write({short_ns, p, 14, 1}).ok());
+  auto listed = tier->List("tenant");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].first.chain, short_ns.chain);
+  EXPECT_EQ(listed[0].first.ns, "tenant");
+  EXPECT_EQ(tier->List("tenant-many").size(), 70u);
+  EXPECT_EQ(tier->List(other_model.ns).size(), 1u);  // a was erased
+  EXPECT_TRUE(tier->List("tenan").empty());
   clock.Advance(o.ttl + 1);
   EXPECT_TRUE(tier->Find(a.ns, other_model.chain, other_model.kind).empty());  // expired
   EXPECT_TRUE(tier->Find(many.ns, many.chain, many.kind).empty());

@@ -1964,6 +1964,14 @@ bool Matches(const EntryFilter& f, const Entry& e, Nanos now) {
   if (f.tier.has_value() && *f.tier != Tier::kDram) return false;
   return true;
 }
+// The same test for an SSD-only entry (never pinned: pins live in DRAM).
+bool MatchesSsdCopy(const EntryFilter& f, const EntryInfo& c, Nanos now) {
+  if (f.model_id.has_value() && c.model_id != *f.model_id) return false;
+  if (f.kind.has_value() && c.kind != *f.kind) return false;
+  if (f.older_than > 0 && c.commit_time > now - f.older_than) return false;
+  if (f.pinned.has_value() && *f.pinned) return false;
+  return !f.tier.has_value() || *f.tier == Tier::kSsd;
+}
 bool CursorLess(const ChainKey& a_key, StateKind a_kind, const ChainKey& b_key, StateKind b_kind) {
   const int c = std::memcmp(a_key.bytes.data(), b_key.bytes.data(), a_key.bytes.size());
   return c != 0 ? c < 0 : a_kind < b_kind;
@@ -1989,14 +1997,8 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   std::vector<EntryInfo> ssd_only;
   if (!filter.tier.has_value() || *filter.tier == Tier::kSsd) {
     for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
-      if ((after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) ||
-          (filter.model_id.has_value() && c.model_id != *filter.model_id) ||
-          (filter.kind.has_value() && c.kind != *filter.kind) ||
-          (filter.older_than > 0 && c.commit_time > now - filter.older_than) ||
-          (filter.pinned.has_value() && *filter.pinned)) {
-        continue;
-      }
-      ssd_only.push_back(std::move(c));
+      if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) continue;
+      if (MatchesSsdCopy(filter, c, now)) ssd_only.push_back(std::move(c));
     }
   }
   // The index is hashed, so a page is the `limit` smallest keys past the
@@ -2067,6 +2069,15 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(s.ssd.get(), ssd_only));
     return report;
   };
+  // The SSD tier's entries the filter picks, read before the DRAM pass and
+  // outside its lock (a scan of the whole tier must not stall every match
+  // and commit); those with a DRAM copy are dropped under the lock below.
+  std::vector<EntryInfo> ssd_picked;
+  if (!req.root.has_value() && (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd)) {
+    for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
+      if (MatchesSsdCopy(req.filter, c, now)) ssd_picked.push_back(std::move(c));
+    }
+  }
   std::unique_lock lock(s.structure_mu);
   auto in_dram = [&](const EntryInfo& c) {
     const EntryKey k{*ns, c.kind, c.key};
@@ -2115,17 +2126,9 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
         roots.push_back(e);
       }
     }
-    if (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd) {
-      for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
-        const EntryFilter& f = req.filter;
-        if ((f.model_id.has_value() && c.model_id != *f.model_id) ||
-            (f.kind.has_value() && c.kind != *f.kind) ||
-            (f.older_than > 0 && c.commit_time > now - f.older_than) ||
-            (f.pinned.has_value() && *f.pinned) || in_dram(c)) {
-          continue;  // DRAM-resident copies follow their DRAM entry
-        }
-        ssd_only.push_back(std::move(c));
-      }
+    for (EntryInfo& c : ssd_picked) {
+      // DRAM-resident copies follow their DRAM entry.
+      if (!in_dram(c)) ssd_only.push_back(std::move(c));
     }
   }
 

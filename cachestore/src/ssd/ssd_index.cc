@@ -36,12 +36,17 @@ Status FromRocks(const rocksdb::Status& s, const char* what) {
 }  // namespace
 
 // Key: version, u32 namespace length, namespace, model id, chain key, kind.
-std::string EncodeSsdKey(const SsdKey& key) {
+std::string EncodeSsdKeyPrefix(std::string_view ns) {
   std::string out;
-  out.reserve(1 + 4 + key.ns.size() + 33);
+  out.reserve(1 + 4 + ns.size() + 33);
   Append<uint8_t>(out, kKeyVersion);
-  Append<uint32_t>(out, static_cast<uint32_t>(key.ns.size()));
-  out.append(key.ns);
+  Append<uint32_t>(out, static_cast<uint32_t>(ns.size()));
+  out.append(ns);
+  return out;
+}
+
+std::string EncodeSsdKey(const SsdKey& key) {
+  std::string out = EncodeSsdKeyPrefix(key.ns);
   out.append(reinterpret_cast<const char*>(key.model_id.bytes.data()), key.model_id.bytes.size());
   out.append(reinterpret_cast<const char*>(key.chain.bytes.data()), key.chain.bytes.size());
   Append<uint8_t>(out, static_cast<uint8_t>(key.kind));

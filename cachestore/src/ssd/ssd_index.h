@@ -20,6 +20,8 @@ class DB;
 namespace strata {
 
 std::string EncodeSsdKey(const SsdKey& key);
+// The bytes every encoded key of namespace `ns` starts with.
+std::string EncodeSsdKeyPrefix(std::string_view ns);
 std::optional<SsdKey> DecodeSsdKey(std::string_view bytes);
 std::string EncodeSsdMeta(const SsdEntryMeta& meta);
 std::optional<SsdEntryMeta> DecodeSsdMeta(std::string_view bytes);

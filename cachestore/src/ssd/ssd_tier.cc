@@ -921,10 +921,12 @@ Status SsdTier::Erase(const SsdKey& key) {
 std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) const {
   std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
   const Nanos now = impl_->clock->Now();
+  // Other namespaces' entries are skipped by their first bytes, not decoded.
+  const std::string prefix = EncodeSsdKeyPrefix(ns);
   std::lock_guard lock(impl_->mu);
   impl_->ApplyTouchesLocked();
   for (const auto& [k, record] : impl_->records) {
-    if (record->meta.expiry <= now) continue;
+    if (record->meta.expiry <= now || !k.starts_with(prefix)) continue;
     std::optional<SsdKey> key = DecodeSsdKey(k);
     if (key.has_value() && key->ns == ns) out.emplace_back(std::move(*key), record->meta);
   }
