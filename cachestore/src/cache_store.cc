@@ -2069,15 +2069,6 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(s.ssd.get(), ssd_only));
     return report;
   };
-  // The SSD tier's entries the filter picks, read before the DRAM pass and
-  // outside its lock (a scan of the whole tier must not stall every match
-  // and commit); those with a DRAM copy are dropped under the lock below.
-  std::vector<EntryInfo> ssd_picked;
-  if (!req.root.has_value() && (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd)) {
-    for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
-      if (MatchesSsdCopy(req.filter, c, now)) ssd_picked.push_back(std::move(c));
-    }
-  }
   std::unique_lock lock(s.structure_mu);
   auto in_dram = [&](const EntryInfo& c) {
     const EntryKey k{*ns, c.kind, c.key};
@@ -2126,9 +2117,13 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
         roots.push_back(e);
       }
     }
-    for (EntryInfo& c : ssd_picked) {
-      // DRAM-resident copies follow their DRAM entry.
-      if (!in_dram(c)) ssd_only.push_back(std::move(c));
+    // Read under the lock: an entry the DRAM pass missed because it moved
+    // to the SSD tier meanwhile would otherwise be missed by both passes.
+    // DRAM-resident copies follow their DRAM entry.
+    if (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd) {
+      for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
+        if (MatchesSsdCopy(req.filter, c, now) && !in_dram(c)) ssd_only.push_back(std::move(c));
+      }
     }
   }
 

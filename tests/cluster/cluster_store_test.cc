@@ -604,6 +604,47 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   EXPECT_EQ(Held(*nodes_[2], std::span<const ChainKey>(r.keys.data() + 1, 24)).size(), r_on_2);
 }
 
+TEST_F(ClusterStoreTest, WriteOnlyClientFindsAHungNodeBackAndReturnsItsShare) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1, Seconds(2));
+  ASSERT_NE(store, nullptr);
+  // Prepared before the stop (a prompt's keys come from a match): from
+  // there on this client only writes.
+  const Prompt p = MakePrompt(*store, 24, 15);
+  const Prompt q = MakePrompt(*store, 24, 16);
+  size_t p_on_2 = 0, q_on_2 = 0;
+  for (size_t b = 0; b < 24; ++b) {
+    p_on_2 += Owner(p.keys[b + 1]) == 2 ? 1 : 0;
+    q_on_2 += Owner(q.keys[b + 1]) == 2 ? 1 : 0;
+  }
+  ASSERT_GT(p_on_2, 0u);
+  ASSERT_GT(q_on_2, 0u);
+
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(nodes_[2]->pid()));
+  // A write past its deadline marks the node down...
+  auto first = store->Commit(TestModel(), Payloads(p, 0, 24, false));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->published, 24 - p_on_2);
+  // ...and the next writes pass it over.
+  auto moved = store->Commit(TestModel(), Payloads(q, 0, 24, false));
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(moved->published, 24u);
+
+  // Resumed, it is found answering by a write's probe, and takes its share
+  // of the blocks again.
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGCONT), 0);
+  const std::span<const ChainKey> q_keys(q.keys.data() + 1, 24);
+  size_t on_2 = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (on_2 < q_on_2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto again = store->Commit(TestModel(), Payloads(q, 0, 24, false));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    on_2 = Held(*nodes_[2], q_keys).size();
+  }
+  EXPECT_EQ(on_2, q_on_2);
+}
+
 TEST(ClusterUriTest, MalformedNodeListsAreRefused) {
   ClientOptions options;
   options.token = kTokenA.token;

@@ -14,13 +14,15 @@
 //  - commit: each block to its R write replicas, in parallel; a block is
 //    OK when at least one replica holds it.
 //  - a node that stops answering (a call past its deadline, a read refused
-//    as unavailable) is skipped for a second, then probed by one call; each
-//    failed probe doubles the wait, up to 8 s. A hung node (alive, sockets
-//    open) would otherwise cost every request a node deadline, and a static
-//    node list never drops it. While it is down its share of new blocks goes
-//    to the next node in each block's placement order (reads ask both), so
-//    a dead node costs the blocks it held, not a steady share of misses;
-//    once a probe finds it answering, its blocks go back to it.
+//    as unavailable) is skipped for a second, then probed by one call (a
+//    read that asks it, or an empty read beside a write that passed it
+//    over); each failed probe doubles the wait, up to 8 s. A hung node
+//    (alive, sockets open) would otherwise cost every request a node
+//    deadline, and a static node list never drops it. While it is down its
+//    share of new blocks goes to the next node in each block's placement
+//    order (reads ask both), so a dead node costs the blocks it held, not a
+//    steady share of misses; once a probe finds it answering, its blocks go
+//    back to it.
 #include "cluster/cluster_store.h"
 
 #include <algorithm>
@@ -382,7 +384,8 @@ class ClusterStore final : public Store {
     std::vector<WritePart> parts;
     std::vector<std::vector<CommitBlock>> node_blocks;
     std::vector<Status> no_replica(blocks.size());
-    PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica);
+    std::vector<std::shared_ptr<NodeConn>> displaced;
+    PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica, &displaced);
 
     std::vector<Result<Reservation>> results(parts.size(), Unavailable("not asked"));
     std::vector<std::function<void()>> tasks;
@@ -393,6 +396,7 @@ class ClusterStore final : public Store {
         });
       });
     }
+    AddProbes(displaced, &tasks);
     pool_.RunAll(std::move(tasks));
 
     auto lease = std::make_shared<WriteLease>();
@@ -526,7 +530,8 @@ class ClusterStore final : public Store {
     std::vector<WritePart> parts;
     std::vector<std::vector<CommitBlock>> node_blocks;
     std::vector<Status> no_replica(blocks.size());
-    PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica);
+    std::vector<std::shared_ptr<NodeConn>> displaced;
+    PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica, &displaced);
 
     std::vector<Result<PublishResult>> results(parts.size(), Unavailable("not asked"));
     std::vector<std::function<void()>> tasks;
@@ -543,6 +548,7 @@ class ClusterStore final : public Store {
         });
       });
     }
+    AddProbes(displaced, &tasks);
     pool_.RunAll(std::move(tasks));
 
     WriteTally tally(blocks.size());
@@ -817,6 +823,23 @@ class ClusterStore final : public Store {
     return down;
   }
 
+  // Probes of the down nodes a write passed over, run alongside it: a
+  // client that only writes would otherwise never learn that they answer
+  // again (reads ask down nodes, and probe them, on their own). Refused at
+  // once unless a node's wait is over.
+  void AddProbes(const std::vector<std::shared_ptr<NodeConn>>& displaced,
+                 std::vector<std::function<void()>>* tasks) {
+    for (const std::shared_ptr<NodeConn>& node : displaced) {
+      tasks->emplace_back([this, node] {
+        // An empty match: a read that changes nothing on the node.
+        MatchKeysRequest ping;
+        ping.block_tokens = kMinBlockTokens;
+        ping.want_swa = false;
+        (void)OnNode(*node, kReads, [&](NodeClient& client) { return client.MatchKeys(ping); });
+      });
+    }
+  }
+
   Result<std::string> Namespace() {
     {
       std::lock_guard lock(ns_mu_);
@@ -831,21 +854,33 @@ class ClusterStore final : public Store {
   // parent only where the parent goes in the same batch to the same node:
   // elsewhere the node may never have seen the parent (it lives on other
   // nodes), and the cluster's prefix is checked across nodes at match time.
+  // `displaced`: the down nodes that would have taken some of the blocks.
   void PlanWrites(const View& view, std::span<const CommitBlock> blocks,
                   std::vector<WritePart>* parts, std::vector<std::vector<CommitBlock>>* node_blocks,
-                  std::vector<Status>* no_replica) const {
+                  std::vector<Status>* no_replica,
+                  std::vector<std::shared_ptr<NodeConn>>* displaced) const {
     std::vector<int> part_of(view.conns.size(), -1);
     const std::vector<bool> down = Down(view);
+    const bool any_down = std::find(down.begin(), down.end(), true) != down.end();
+    std::vector<bool> was_displaced(view.conns.size(), false);
     // Per node, the keys placed there so far in this batch.
     std::vector<std::vector<ChainKey>> placed(view.conns.size());
     for (size_t b = 0; b < blocks.size(); ++b) {
       std::vector<size_t> replicas =
           view.placement.WriteReplicas(blocks[b].key, view.replication, down);
+      if (any_down) {
+        for (size_t n : view.placement.ReadReplicas(blocks[b].key, view.replication, down)) {
+          if (down[n] && !was_displaced[n]) {
+            was_displaced[n] = true;
+            displaced->push_back(view.conns[n]);
+          }
+        }
+      }
       // With every writable node down, the block goes where it belongs:
-      // refused there at once, it says why, and it may be the probe that
-      // finds its node back.
-      if (replicas.empty())
+      // refused there at once, saying why.
+      if (replicas.empty()) {
         replicas = view.placement.WriteReplicas(blocks[b].key, view.replication);
+      }
       if (replicas.empty()) {
         (*no_replica)[b] = Unavailable("no node takes writes (all draining or gone)");
         continue;
