@@ -152,6 +152,19 @@ class ClusterStoreTest : public ::testing::Test {
     return best;
   }
 
+  // How many of the prompt's blocks go first to `node`, and the first that
+  // does (the prompt's block count if none).
+  size_t OwnedBy(const Prompt& p, size_t node) const {
+    size_t n = 0;
+    for (size_t b = 1; b < p.keys.size(); ++b) n += Owner(p.keys[b]) == node ? 1 : 0;
+    return n;
+  }
+  size_t FirstOwnedBy(const Prompt& p, size_t node) const {
+    size_t b = 0;
+    while (b + 1 < p.keys.size() && Owner(p.keys[b + 1]) != node) ++b;
+    return b;
+  }
+
   static void ExpectSameBytes(const Prompt& p, const Fetched& f, size_t blocks) {
     ASSERT_GE(f.blocks.size(), blocks);
     for (size_t b = 0; b < blocks; ++b) {
@@ -378,8 +391,7 @@ TEST_F(ClusterStoreTest, InFlightFetchFromAnUnreplicatedDeadNodeCutsThePrefix) {
   ASSERT_EQ(m->blocks.size(), 32u);
   // Kill the owner of a block past the start, so a prefix survives.
   const size_t victim = Owner(p.keys[1]) == 0 ? 1 : 0;
-  size_t first_lost = 0;
-  while (Owner(p.keys[first_lost + 1]) != victim) ++first_lost;
+  const size_t first_lost = FirstOwnedBy(p, victim);
   nodes_[victim]->Kill();
   const auto start = std::chrono::steady_clock::now();
   Fetched f = FetchAll(*store, *m);
@@ -494,8 +506,7 @@ TEST_F(ClusterStoreTest, DeadNodeIsReportedPerBlockThenItsShareMovesToTheNextNod
   // A read it does not answer marks it down.
   auto m = MatchPrompt(*store, p, false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  size_t first_lost = 0;
-  while (Owner(p.keys[first_lost + 1]) != 2) ++first_lost;
+  const size_t first_lost = FirstOwnedBy(p, 2);
   EXPECT_EQ(m->blocks.size(), first_lost);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 
@@ -538,16 +549,13 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, false));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
   ASSERT_EQ(committed->published, 24u);
-  size_t first_hung = 0;
-  while (first_hung < 24 && Owner(p.keys[first_hung + 1]) != 2) ++first_hung;
+  const size_t first_hung = FirstOwnedBy(p, 2);
   ASSERT_LT(first_hung, 24u) << "the prompt needs a block on node 2";
   // Written while node 2 is skipped (within a second of its strike), so
   // made ready before.
   const Prompt q = MakePrompt(*store, 24, 12);
   const std::vector<CommitPayload> q_payloads = Payloads(q, 0, 24, false);
-  size_t q_on_hung = 0;
-  for (size_t b = 0; b < 24; ++b) q_on_hung += Owner(q.keys[b + 1]) == 2 ? 1 : 0;
-  ASSERT_GT(q_on_hung, 0u);
+  ASSERT_GT(OwnedBy(q, 2), 0u);
 
   ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
   ASSERT_TRUE(WaitStopped(nodes_[2]->pid()));  // a running thread may answer one more call
@@ -599,9 +607,8 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
   const Prompt r = MakePrompt(*store, 24, 13);
   auto returned = store->Commit(TestModel(), Payloads(r, 0, 24, false));
   ASSERT_TRUE(returned.ok()) << returned.status().ToString();
-  size_t r_on_2 = 0;
-  for (size_t b = 0; b < 24; ++b) r_on_2 += Owner(r.keys[b + 1]) == 2 ? 1 : 0;
-  EXPECT_EQ(Held(*nodes_[2], std::span<const ChainKey>(r.keys.data() + 1, 24)).size(), r_on_2);
+  EXPECT_EQ(Held(*nodes_[2], std::span<const ChainKey>(r.keys.data() + 1, 24)).size(),
+            OwnedBy(r, 2));
 }
 
 TEST_F(ClusterStoreTest, WriteOnlyClientFindsAHungNodeBackAndReturnsItsShare) {
@@ -611,11 +618,8 @@ TEST_F(ClusterStoreTest, WriteOnlyClientFindsAHungNodeBackAndReturnsItsShare) {
   // there on this client only writes.
   const Prompt p = MakePrompt(*store, 24, 15);
   const Prompt q = MakePrompt(*store, 24, 16);
-  size_t p_on_2 = 0, q_on_2 = 0;
-  for (size_t b = 0; b < 24; ++b) {
-    p_on_2 += Owner(p.keys[b + 1]) == 2 ? 1 : 0;
-    q_on_2 += Owner(q.keys[b + 1]) == 2 ? 1 : 0;
-  }
+  const size_t p_on_2 = OwnedBy(p, 2);
+  const size_t q_on_2 = OwnedBy(q, 2);
   ASSERT_GT(p_on_2, 0u);
   ASSERT_GT(q_on_2, 0u);
 

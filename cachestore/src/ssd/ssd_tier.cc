@@ -928,7 +928,7 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) 
   for (const auto& [k, record] : impl_->records) {
     if (record->meta.expiry <= now || !k.starts_with(prefix)) continue;
     std::optional<SsdKey> key = DecodeSsdKey(k);
-    if (key.has_value() && key->ns == ns) out.emplace_back(std::move(*key), record->meta);
+    if (key.has_value()) out.emplace_back(std::move(*key), record->meta);
   }
   return out;
 }
