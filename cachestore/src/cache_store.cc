@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <shared_mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -167,6 +168,15 @@ struct CacheStore::Impl {
   };
   std::mutex promo_mu;
   std::unordered_map<EntryKey, std::shared_ptr<Promotion>, EntryKeyHash> promotions;  // promo_mu
+  // Admin calls that read the whole SSD tier (list, evict by filter) do so
+  // before they take structure_mu: a scan under it would stall every
+  // commit meanwhile. An entry written back after the scan read the tier
+  // and evicted from DRAM before the call's DRAM pass would then be missed
+  // by both, so DRAM evictions during a scan are logged and read back by
+  // key (ScanSsdThenLock). structure_mu.
+  uint32_t ssd_scans = 0;
+  std::vector<EntryKey> demoted;
+  std::function<void()> after_ssd_scan;  // test hook, set before any call
 
   std::string NamespaceName(uint32_t id) const {
     std::shared_lock lock(ns_mu);
@@ -653,7 +663,10 @@ struct CacheStore::Impl {
     // it, so it would otherwise age from its write and be evicted first
     // exactly when the block was hot. For the SSD tier's deadline policy
     // this starts the copy's holding time, classed by the DRAM hits.
-    if (SsdAdmits(key.kind)) ssd->Touch(SsdKeyOf(key, model), SsdTouch::kRenew, hits);
+    if (SsdAdmits(key.kind)) {
+      ssd->Touch(SsdKeyOf(key, model), SsdTouch::kRenew, hits);
+      if (ssd_scans > 0) demoted.push_back(key);
+    }
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
     return true;
@@ -1788,6 +1801,50 @@ Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
   return first;
 }
 
+// The SSD-only copies in namespace `ns` (id `ns_id`) that `wanted` accepts,
+// for an admin call that goes on to a DRAM pass under structure_mu. Reads
+// the tier without the lock, then takes it through `lock` (held on return)
+// and adds the copies of entries evicted from DRAM meanwhile, which the
+// read may have missed (Impl::demoted). Copies of entries in DRAM are left
+// out: the DRAM pass accounts for them.
+template <typename ImplT, typename Pred>
+std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id, Pred wanted,
+                                       std::unique_lock<std::mutex>& lock) {
+  size_t log_start = 0;
+  {
+    std::lock_guard scan_lock(s.structure_mu);
+    ++s.ssd_scans;
+    log_start = s.demoted.size();
+  }
+  std::vector<EntryInfo> copies = SsdCopies(s.ssd.get(), *s.clock, ns, std::nullopt);
+  if (s.after_ssd_scan) s.after_ssd_scan();
+  lock.lock();
+  for (size_t i = log_start; i < s.demoted.size(); ++i) {
+    const EntryKey& k = s.demoted[i];
+    if (k.ns != ns_id) continue;
+    for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, ns, EntryCursor{k.chain, k.kind})) {
+      copies.push_back(std::move(c));
+    }
+  }
+  if (--s.ssd_scans == 0) s.demoted.clear();
+  // A copy the read saw can be logged too (it left DRAM afterwards).
+  auto id = [](const EntryInfo& c) { return std::tie(c.key, c.kind, c.model_id); };
+  std::sort(copies.begin(), copies.end(),
+            [&](const EntryInfo& a, const EntryInfo& b) { return id(a) < id(b); });
+  copies.erase(std::unique(copies.begin(), copies.end(),
+                           [&](const EntryInfo& a, const EntryInfo& b) { return id(a) == id(b); }),
+               copies.end());
+  std::vector<EntryInfo> out;
+  for (EntryInfo& c : copies) {
+    if (!wanted(c)) continue;
+    const EntryKey k{ns_id, c.kind, c.key};
+    auto& shard = s.ShardFor(k);
+    std::shared_lock slock(shard.mu);
+    if (shard.map.count(k) == 0) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
 Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKind kind) {
@@ -1891,6 +1948,10 @@ std::span<std::byte> CacheStore::MutablePayloadForTesting(const Principal& calle
   return out;
 }
 
+void CacheStore::SetAfterSsdScanHookForTesting(std::function<void()> hook) {
+  impl_->after_ssd_scan = std::move(hook);
+}
+
 Status CacheStore::CheckInvariantsForTesting() const {
   const Impl& s = *impl_;
   std::lock_guard lock(s.structure_mu);
@@ -1991,15 +2052,22 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
                                          : s.FindNamespace(caller.ns);
   if (!ns.has_value()) return page;
   const Nanos now = s.clock->Now();
-  // SSD-only entries (read before the DRAM pass, outside its locks) join
-  // the page in the same (key, kind) order; DRAM-resident copies are listed
-  // once, as their DRAM entry.
+  // SSD-only entries join the page in the same (key, kind) order;
+  // DRAM-resident copies are listed once, as their DRAM entry.
   std::vector<EntryInfo> ssd_only;
-  if (!filter.tier.has_value() || *filter.tier == Tier::kSsd) {
-    for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
-      if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) continue;
-      if (MatchesSsdCopy(filter, c, now)) ssd_only.push_back(std::move(c));
-    }
+  std::unique_lock lock(s.structure_mu, std::defer_lock);
+  if (s.ssd != nullptr && (!filter.tier.has_value() || *filter.tier == Tier::kSsd)) {
+    ssd_only = ScanSsdThenLock(
+        s, caller.ns, *ns,
+        [&](const EntryInfo& c) {
+          if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) {
+            return false;
+          }
+          return MatchesSsdCopy(filter, c, now);
+        },
+        lock);
+  } else {
+    lock.lock();
   }
   // The index is hashed, so a page is the `limit` smallest keys past the
   // cursor: a bounded heap over one pass, O(entries x log limit).
@@ -2007,7 +2075,6 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
     return CursorLess(a->key.chain, a->key.kind, b->key.chain, b->key.kind);
   };
   std::vector<Entry*> heap;  // max-heap of the smallest limit + 1 seen
-  std::lock_guard lock(s.structure_mu);
   for (uint32_t i = 0; i <= s.shard_mask; ++i) {
     std::shared_lock slock(s.shards[i].mu);
     for (const auto& [k, e] : s.shards[i].map) {
@@ -2028,12 +2095,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   std::vector<EntryInfo> merged;
   merged.reserve(heap.size() + ssd_only.size());
   for (const Entry* e : heap) merged.push_back(DescribeLocked(*e, caller.ns));
-  for (EntryInfo& c : ssd_only) {
-    const EntryKey k{*ns, c.kind, c.key};
-    Impl::Shard& shard = s.ShardFor(k);
-    std::shared_lock slock(shard.mu);
-    if (shard.map.count(k) == 0) merged.push_back(std::move(c));
-  }
+  for (EntryInfo& c : ssd_only) merged.push_back(std::move(c));
   auto info_less = [](const EntryInfo& a, const EntryInfo& b) {
     return CursorLess(a.key, a.kind, b.key, b.kind);
   };
@@ -2069,13 +2131,15 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(s.ssd.get(), ssd_only));
     return report;
   };
-  std::unique_lock lock(s.structure_mu);
-  auto in_dram = [&](const EntryInfo& c) {
-    const EntryKey k{*ns, c.kind, c.key};
-    Impl::Shard& shard = s.ShardFor(k);
-    std::shared_lock slock(shard.mu);
-    return shard.map.count(k) != 0;
-  };
+  std::unique_lock lock(s.structure_mu, std::defer_lock);
+  if (!req.root.has_value() && s.ssd != nullptr &&
+      (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd)) {
+    ssd_only = ScanSsdThenLock(
+        s, caller.ns, *ns, [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); },
+        lock);
+  } else {
+    lock.lock();
+  }
 
   // 1. The roots: one named entry, or every unpinned entry the filter picks.
   std::vector<Entry*> roots;
@@ -2115,14 +2179,6 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
           continue;
         }
         roots.push_back(e);
-      }
-    }
-    // Read under the lock: an entry the DRAM pass missed because it moved
-    // to the SSD tier meanwhile would otherwise be missed by both passes.
-    // DRAM-resident copies follow their DRAM entry.
-    if (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd) {
-      for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, caller.ns, std::nullopt)) {
-        if (MatchesSsdCopy(req.filter, c, now) && !in_dram(c)) ssd_only.push_back(std::move(c));
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -220,6 +221,10 @@ class CacheStore {
   // equals the sum of live extents, the tree is consistent, no leased or
   // reserved entry is in the policy).
   Status CheckInvariantsForTesting() const;
+  // Test hook: runs in ListEntries and Evict by filter after they read the
+  // SSD tier and before they take the store's structure lock. Set it before
+  // any call that could run it.
+  void SetAfterSsdScanHookForTesting(std::function<void()> hook);
 
  private:
   struct Impl;
