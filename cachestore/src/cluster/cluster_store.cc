@@ -46,6 +46,11 @@ namespace {
 
 constexpr Nanos kFirstSkip = Seconds(1);
 constexpr Nanos kMaxSkip = Seconds(8);
+// After an outage of length d, reads also ask the node ranked next for the
+// node's blocks for d, within these bounds: its share of what was written
+// meanwhile went there, and is still there.
+constexpr Nanos kMinCatchUp = Seconds(10);
+constexpr Nanos kMaxCatchUp = Minutes(10);
 constexpr size_t kMaxTrackedLeases = 4096;
 constexpr uint32_t kMaxReplication = 16;
 
@@ -63,6 +68,8 @@ struct NodeLink {
   Nanos skip_until = 0;
   Nanos struck_at = 0;   // calls started before a strike are old news...
   Nanos cleared_at = 0;  // ...and so are those started before it answered again
+  Nanos down_since = 0;  // the first strike of the latest outage
+  Nanos catch_up_until = 0;
   Status last_error;
 };
 
@@ -260,9 +267,9 @@ class ClusterStore final : public Store {
     // The keys each node may hold, in prompt order.
     std::vector<std::vector<size_t>> asked(view->conns.size());
     std::vector<std::vector<size_t>> ranked(n);  // per block: replicas, best first
-    const std::vector<bool> down = Down(*view);
+    const std::vector<bool> read_past = Down(*view, /*or_catching_up=*/true);
     for (size_t b = 0; b < n; ++b) {
-      ranked[b] = view->placement.ReadReplicas(req.keys[b], view->replication, down);
+      ranked[b] = view->placement.ReadReplicas(req.keys[b], view->replication, read_past);
       for (size_t node : ranked[b]) asked[node].push_back(b);
     }
     struct NodeAnswer {
@@ -795,6 +802,7 @@ class ClusterStore final : public Store {
       if (link.skip_for > 0) {
         link.skip_for = 0;
         link.cleared_at = now;
+        link.catch_up_until = now + std::clamp(now - link.down_since, kMinCatchUp, kMaxCatchUp);
       }
       return;
     }
@@ -805,6 +813,7 @@ class ClusterStore final : public Store {
   }
 
   static void StrikeLocked(NodeLink& link, const Status& st, Nanos now) {
+    if (link.skip_for == 0) link.down_since = now;
     link.skip_for = link.skip_for == 0 ? kFirstSkip : std::min(2 * link.skip_for, kMaxSkip);
     link.skip_until = now + link.skip_for;
     link.struck_at = now;
@@ -812,13 +821,16 @@ class ClusterStore final : public Store {
   }
 
   // Per node of the view: not answering (being skipped, or probed). Such a
-  // node takes no new blocks until it answers again.
-  static std::vector<bool> Down(const View& view) {
+  // node takes no new blocks until it answers again. `or_catching_up`: also
+  // a node back from an outage for less than its catch-up time, which reads
+  // look past as they did while it was down.
+  static std::vector<bool> Down(const View& view, bool or_catching_up = false) {
+    const Nanos now = SteadyClock().Now();
     std::vector<bool> down(view.conns.size(), false);
     for (size_t i = 0; i < view.conns.size(); ++i) {
       NodeLink& link = *view.conns[i]->link;
       std::lock_guard lock(link.mu);
-      down[i] = link.skip_for > 0;
+      down[i] = link.skip_for > 0 || (or_catching_up && now < link.catch_up_until);
     }
     return down;
   }

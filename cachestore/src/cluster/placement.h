@@ -33,6 +33,8 @@ class Placement {
   // the draining and down nodes that ranked above them (they took the
   // block's writes before they started draining or stopped answering; a
   // draining node serves reads until it leaves, a down one once it is back).
+  // A caller may mark down a node that answers, to ask the nodes that took
+  // its writes while it did not.
   std::vector<size_t> ReadReplicas(const ChainKey& key, uint32_t replicas,
                                    const std::vector<bool>& down = {}) const;
 
