@@ -336,6 +336,38 @@ TEST_F(SsdStoreTest, HitOnceAdmissionWritesBackOnlyHitEntries) {
   EXPECT_EQ(store_->Stats().ssd.entries, 2u);
 }
 
+// A write-back and a promotion copy an entry, they do not commit it again:
+// its commit time (what `evict --older-than` goes by) stays on every copy.
+TEST_F(SsdStoreTest, CopiesKeepTheCommitTime) {
+  CacheStoreOptions o = Options();
+  o.ssd_admission = CacheStoreOptions::SsdAdmission::kHitOnce;  // written back when hit
+  Open(o);
+  const std::vector<uint32_t> tokens = Tokens(2 * kTinyBlockTokens, 41);
+  const std::vector<ChainKey> keys = Keys(tokens);
+  const Nanos committed = clock_.Now();
+  Commit(tokens);
+  clock_.Advance(Seconds(10));
+  ASSERT_EQ(Match(tokens).blocks.size(), 2u);
+  store_->FlushWriteBack();
+  ASSERT_EQ(store_->Stats().ssd.entries, 2u);
+  Open(o);  // the SSD copies only
+  auto on_ssd = store_->Inspect(who_, keys[1], StateKind::kGlobalKv);
+  ASSERT_TRUE(on_ssd.ok()) << on_ssd.status().ToString();
+  EXPECT_EQ(on_ssd->tier, Tier::kSsd);
+  EXPECT_EQ(on_ssd->commit_time, committed);
+
+  clock_.Advance(Seconds(10));
+  std::vector<std::vector<std::byte>> out;
+  ASSERT_EQ(Fetch(Match(tokens), &out).blocks_ready, 2u);  // promoted
+  auto in_dram = store_->Inspect(who_, keys[1], StateKind::kGlobalKv);
+  ASSERT_TRUE(in_dram.ok()) << in_dram.status().ToString();
+  EXPECT_EQ(in_dram->tier, Tier::kDram);
+  EXPECT_EQ(in_dram->commit_time, committed);
+  EntryFilter older;
+  older.older_than = Seconds(15);
+  EXPECT_EQ(store_->ListEntries(who_, older, std::nullopt, 10)->entries.size(), 2u);
+}
+
 TEST_F(SsdStoreTest, SwaStateStaysInDramUnlessConfigured) {
   Open();
   const std::vector<uint32_t> tokens = Tokens(2 * kTinyBlockTokens, 6);

@@ -238,6 +238,7 @@ struct CacheStore::Impl {
         pinned.push_back(ref);
       }
     }
+    const Nanos to_tier = ssd->Now() - clock->Now();
     for (const EntryRef& ref : pinned) {
       const Entry* e = ref.entry;
       SsdWrite w;
@@ -246,6 +247,7 @@ struct CacheStore::Impl {
       w.readable_bytes = e->extent.length;  // 4 KiB granules: written in place
       w.entry_checksum = e->checksum;
       w.layout_id = e->layout_id;
+      w.commit_time = e->commit_time + to_tier;  // a copy, not a new entry
       writes.push_back(std::move(w));
     }
     if (!writes.empty()) (void)ssd->WriteBatch(writes);  // failures are counted by the tier
@@ -428,6 +430,7 @@ struct CacheStore::Impl {
     e->layout_id = meta->layout_id;
     e->payload_bytes = meta->payload_bytes;
     e->checksum = meta->entry_checksum;
+    e->commit_time = meta->commit_time + (clock->Now() - ssd->Now());  // kept by the copy
     e->extent = *extent;
     e->state.store(EntryState::kReserved);
     {
@@ -461,7 +464,6 @@ struct CacheStore::Impl {
     {
       Shard& shard = ShardFor(k);
       std::unique_lock slock(shard.mu);
-      e->commit_time = now;
       e->expiry = now + TtlFor(k.kind);
       e->readers.fetch_add(1);  // the caller's pin
       e->state.store(EntryState::kCommitted);

@@ -110,6 +110,9 @@ struct SsdWrite {
   // least SsdIoBytes(payload) readable is written in place (the padding goes
   // to disk as is); anything else goes through a bounce buffer.
   uint64_t readable_bytes = 0;
+  // When the entry was committed (tier clock), which a copy keeps; 0: the
+  // time of this write.
+  Nanos commit_time = 0;
 };
 
 struct SsdRead {

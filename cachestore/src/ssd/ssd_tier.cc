@@ -674,7 +674,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       m.extent_bytes = SsdIoBytes(m.payload_bytes);
       m.entry_checksum = writes[i].entry_checksum;
       m.layout_id = writes[i].layout_id;
-      m.commit_time = now;
+      m.commit_time = writes[i].commit_time != 0 ? writes[i].commit_time : now;
       m.expiry = now + s.opts.ttl;
       m.last_access = now;
     }
