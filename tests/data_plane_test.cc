@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "sanitizers.h"
 #include "strata/data_plane.h"
 
 namespace strata::dataplane {
@@ -41,11 +42,8 @@ constexpr int kSlowAuthorizeMs = 400;
 const char* const kTcp = "tcp";
 const char* const kShm = "posix,sysv,cma,self";
 
-#if defined(__SANITIZE_THREAD__)
-constexpr int kSlowdown = 4;  // TSan makes every access to UCX's shm mappings slow
-#else
-constexpr int kSlowdown = 1;
-#endif
+// TSan makes every access to UCX's shm mappings slow.
+constexpr int kSlowdown = testing::kUnderTsan ? 4 : 1;
 // Deadline for calls that should succeed: generous, since it is not a speed test.
 constexpr int kLongMs = 20'000 * kSlowdown;
 

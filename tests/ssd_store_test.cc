@@ -515,27 +515,39 @@ TEST_F(SsdStoreTest, AdminCallsReachSsdOnlyEntries) {
 // Listing and evicting by filter read the SSD tier before they take the
 // store's structure lock. `a` (3 blocks; a[0] already on SSD) is committed
 // with hit-once admission; during the next call's SSD read it is hit (so
-// written back) and pushed out of DRAM by 8 blocks of another namespace:
-// the read missed a[1..2] and the DRAM pass no longer finds them. The call
-// must see all three, each once.
+// written back) and dropped from DRAM: pushed out by 8 blocks of another
+// namespace, or expired (the SSD copies live on). The read missed a[1..2]
+// and the DRAM pass no longer finds them; the call must see all three,
+// each once.
 class SsdScanRaceTest : public SsdStoreTest {
  protected:
+  enum class Drop { kPushedOut, kExpired };
+
   void SetUp() override {
     SsdStoreTest::SetUp();
     CacheStoreOptions o = Options();
     o.ssd_admission = CacheStoreOptions::SsdAdmission::kHitOnce;
     o.dram.capacity_bytes = 8 * 4096;  // 8 tiny blocks
     o.high_watermark = o.low_watermark = 1;
+    o.global_kv_ttl = Seconds(60);  // the SSD tier keeps copies for 72 h
     Open(o);
     Commit(a_);
     EXPECT_EQ(Match(std::span(a_).first(kTinyBlockTokens)).blocks.size(), 1u);
     store_->FlushWriteBack();
     EXPECT_EQ(store_->Stats().ssd.entries, 1u);
-    store_->SetAfterSsdScanHookForTesting([this] {
+  }
+  // During the next scan only, `a` leaves DRAM by `drop`.
+  void DropDuringNextScan(Drop drop) {
+    store_->SetAfterSsdScanHookForTesting([this, drop] {
       if (hooked_++ > 0) return;
       EXPECT_EQ(Match(a_).blocks.size(), 3u);
       store_->FlushWriteBack();
-      AsOtherTenant([&] { Commit(b_); });
+      if (drop == Drop::kPushedOut) {
+        AsOtherTenant([&] { Commit(b_); });
+      } else {
+        clock_.Advance(Seconds(61));
+        EXPECT_EQ(store_->RunMaintenance().ttl_expired, 3u);
+      }
       for (const ChainKey& k : Keys(a_)) {
         auto info = store_->Inspect(who_, k, StateKind::kGlobalKv);
         ASSERT_TRUE(info.ok()) << info.status().ToString();
@@ -550,6 +562,14 @@ class SsdScanRaceTest : public SsdStoreTest {
     fn();
     who_ = a;
   }
+  void ExpectAEvicted(const Result<EvictReport>& r) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(hooked_, 1);
+    EXPECT_EQ(r->evicted, 3u);  // a[0] was read and logged: counted once
+    EXPECT_EQ(store_->Stats().ssd.entries, 0u);
+    EXPECT_EQ(Match(a_).blocks.size(), 0u);
+    ExpectInvariants();
+  }
 
   const std::vector<uint32_t> a_ = Tokens(3 * kTinyBlockTokens, 31);
   const std::vector<uint32_t> b_ = Tokens(8 * kTinyBlockTokens, 32);
@@ -557,6 +577,7 @@ class SsdScanRaceTest : public SsdStoreTest {
 };
 
 TEST_F(SsdScanRaceTest, ListSeesEntriesThatLeftDramDuringItsScan) {
+  DropDuringNextScan(Drop::kPushedOut);
   auto page = store_->ListEntries(who_, {}, std::nullopt, 100);
   ASSERT_TRUE(page.ok()) << page.status().ToString();
   EXPECT_EQ(hooked_, 1);
@@ -570,15 +591,15 @@ TEST_F(SsdScanRaceTest, ListSeesEntriesThatLeftDramDuringItsScan) {
   EXPECT_EQ(listed, want);  // in key order, each once
 }
 
-TEST_F(SsdScanRaceTest, FilterEvictionRemovesEntriesThatLeftDramDuringItsScan) {
-  auto r = store_->Evict(who_, EvictRequest{});
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(hooked_, 1);
-  EXPECT_EQ(r->evicted, 3u);  // a[0] was read and logged: counted once
-  EXPECT_EQ(store_->Stats().ssd.entries, 0u);
-  EXPECT_EQ(Match(a_).blocks.size(), 0u);
+TEST_F(SsdScanRaceTest, FilterEvictionRemovesEntriesEvictedFromDramDuringItsScan) {
+  DropDuringNextScan(Drop::kPushedOut);
+  ExpectAEvicted(store_->Evict(who_, EvictRequest{}));
   AsOtherTenant([&] { EXPECT_EQ(Match(b_).blocks.size(), 8u); });  // not covered: kept
-  ExpectInvariants();
+}
+
+TEST_F(SsdScanRaceTest, FilterEvictionRemovesEntriesExpiredFromDramDuringItsScan) {
+  DropDuringNextScan(Drop::kExpired);
+  ExpectAEvicted(store_->Evict(who_, EvictRequest{}));
 }
 
 // Promotion, DRAM eviction, commits, write-back and admin scans all at

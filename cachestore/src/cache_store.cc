@@ -23,7 +23,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <set>
 #include <shared_mutex>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -120,7 +122,7 @@ struct CacheStore::Impl {
   mutable std::mutex structure_mu;
   std::unique_ptr<EvictionPolicy> policy;   // structure_mu
   EntryPool pool;                           // structure_mu
-  Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, commit order
+  Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, expiry order
   Entry* ttl_tail[2] = {nullptr, nullptr};
   uint64_t reserved_entries = 0;  // structure_mu
   uint64_t reserved_bytes = 0;    // structure_mu; their extents
@@ -171,12 +173,27 @@ struct CacheStore::Impl {
   // Admin calls that read the whole SSD tier (list, evict by filter) do so
   // before they take structure_mu: a scan under it would stall every
   // commit meanwhile. An entry written back after the scan read the tier
-  // and evicted from DRAM before the call's DRAM pass would then be missed
-  // by both, so DRAM evictions during a scan are logged and read back by
-  // key (ScanSsdThenLock). structure_mu.
-  uint32_t ssd_scans = 0;
-  std::vector<EntryKey> demoted;
+  // and dropped from DRAM (evicted, expired, corrupt) before the call's
+  // DRAM pass would then be missed by both, so while scans run, entries
+  // that leave DRAM keeping an SSD copy are logged, and each scan reads
+  // its part of the log back by key (ScanSsdThenLock). All structure_mu.
+  std::deque<EntryKey> demoted;
+  uint64_t demoted_base = 0;             // log position of demoted.front()
+  std::multiset<uint64_t> scan_starts;   // per running scan: the position it reads on from
   std::function<void()> after_ssd_scan;  // test hook, set before any call
+
+  uint64_t DemotedEndLocked() const { return demoted_base + demoted.size(); }
+  void LogLeftDramLocked(const EntryKey& k) {
+    if (!scan_starts.empty() && SsdAdmits(k.kind)) demoted.push_back(k);
+  }
+  // A scan moves its read position from `from` to `to` (kNoScan: none).
+  static constexpr uint64_t kNoScan = UINT64_MAX;
+  void MoveSsdScanLocked(uint64_t from, uint64_t to) {
+    if (from != kNoScan) scan_starts.erase(scan_starts.find(from));
+    if (to != kNoScan) scan_starts.insert(to);
+    const uint64_t keep = scan_starts.empty() ? DemotedEndLocked() : *scan_starts.begin();
+    for (; demoted_base < keep; ++demoted_base) demoted.pop_front();
+  }
 
   std::string NamespaceName(uint32_t id) const {
     std::shared_lock lock(ns_mu);
@@ -430,7 +447,8 @@ struct CacheStore::Impl {
     e->layout_id = meta->layout_id;
     e->payload_bytes = meta->payload_bytes;
     e->checksum = meta->entry_checksum;
-    e->commit_time = meta->commit_time + (clock->Now() - ssd->Now());  // kept by the copy
+    // Kept by the copy; never in the future (the tier's wall clock may step).
+    e->commit_time = std::min(meta->commit_time + (clock->Now() - ssd->Now()), now);
     e->extent = *extent;
     e->state.store(EntryState::kReserved);
     {
@@ -606,6 +624,8 @@ struct CacheStore::Impl {
   // Deletes one committed entry without children; a pinned one becomes
   // kDeleting and goes when its last pin does.
   void DeleteLeafLocked(Entry* e, EvictReason reason) {
+    // An explicit delete erases the SSD copy too; the others leave it.
+    if (reason != EvictReason::kExplicit) LogLeftDramLocked(e->key);
     TreeUnlink(e);
     policy->OnErase(e);
     TtlUnlink(e);
@@ -667,7 +687,7 @@ struct CacheStore::Impl {
     // this starts the copy's holding time, classed by the DRAM hits.
     if (SsdAdmits(key.kind)) {
       ssd->Touch(SsdKeyOf(key, model), SsdTouch::kRenew, hits);
-      if (ssd_scans > 0) demoted.push_back(key);
+      LogLeftDramLocked(key);
     }
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
@@ -1775,7 +1795,8 @@ std::vector<EntryInfo> SsdCopies(const SsdTier* ssd, const Clock& clock, const s
                                  const std::optional<EntryCursor>& only) {
   std::vector<EntryInfo> out;
   if (ssd == nullptr) return out;
-  const Nanos shift = clock.Now() - ssd->Now();
+  const Nanos now = clock.Now();
+  const Nanos shift = now - ssd->Now();
   for (const auto& [key, meta] :
        only.has_value() ? ssd->Find(ns, only->key, only->kind) : ssd->List(ns)) {
     EntryInfo info;
@@ -1787,7 +1808,7 @@ std::vector<EntryInfo> SsdCopies(const SsdTier* ssd, const Clock& clock, const s
     info.payload_bytes = meta.payload_bytes;
     info.checksum = meta.entry_checksum;
     info.tier = Tier::kSsd;
-    info.commit_time = meta.commit_time + shift;
+    info.commit_time = std::min(meta.commit_time + shift, now);  // the wall clock may step
     info.expiry = meta.expiry + shift;
     out.push_back(std::move(info));
   }
@@ -1806,29 +1827,57 @@ Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
 // The SSD-only copies in namespace `ns` (id `ns_id`) that `wanted` accepts,
 // for an admin call that goes on to a DRAM pass under structure_mu. Reads
 // the tier without the lock, then takes it through `lock` (held on return)
-// and adds the copies of entries evicted from DRAM meanwhile, which the
-// read may have missed (Impl::demoted). Copies of entries in DRAM are left
-// out: the DRAM pass accounts for them.
+// and adds the copies of entries that left DRAM meanwhile, which the read
+// may have missed (Impl::demoted): looked up without the lock for a few
+// rounds while more arrive, then under it. Copies of committed DRAM
+// entries are left out: the DRAM pass accounts for them.
 template <typename ImplT, typename Pred>
 std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id, Pred wanted,
                                        std::unique_lock<std::mutex>& lock) {
-  size_t log_start = 0;
+  constexpr int kUnlockedRounds = 4;
+  uint64_t from = 0;
   {
-    std::lock_guard scan_lock(s.structure_mu);
-    ++s.ssd_scans;
-    log_start = s.demoted.size();
+    std::lock_guard start_lock(s.structure_mu);
+    from = s.DemotedEndLocked();
+    s.MoveSsdScanLocked(ImplT::kNoScan, from);
   }
+  // Ends the scan on every way out, with `lock` held or not.
+  struct ScanEnd {
+    ImplT& s;
+    const uint64_t& from;
+    std::unique_lock<std::mutex>& lock;
+    ~ScanEnd() {
+      const bool held = lock.owns_lock();
+      if (!held) lock.lock();
+      s.MoveSsdScanLocked(from, ImplT::kNoScan);
+      if (!held) lock.unlock();
+    }
+  } end{s, from, lock};
+
   std::vector<EntryInfo> copies = SsdCopies(s.ssd.get(), *s.clock, ns, std::nullopt);
   if (s.after_ssd_scan) s.after_ssd_scan();
+  std::unordered_set<EntryKey, EntryKeyHash> looked_up;
   lock.lock();
-  for (size_t i = log_start; i < s.demoted.size(); ++i) {
-    const EntryKey& k = s.demoted[i];
-    if (k.ns != ns_id) continue;
-    for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, ns, EntryCursor{k.chain, k.kind})) {
-      copies.push_back(std::move(c));
+  for (int round = 0;; ++round) {
+    std::vector<EntryKey> fresh;
+    const uint64_t to = s.DemotedEndLocked();
+    for (uint64_t i = from; i < to; ++i) {
+      const EntryKey& k = s.demoted[i - s.demoted_base];
+      if (k.ns == ns_id && looked_up.insert(k).second) fresh.push_back(k);
     }
+    s.MoveSsdScanLocked(from, to);
+    from = to;
+    if (fresh.empty()) break;
+    const bool unlocked = round < kUnlockedRounds;
+    if (unlocked) lock.unlock();
+    for (const EntryKey& k : fresh) {
+      for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, ns, EntryCursor{k.chain, k.kind})) {
+        copies.push_back(std::move(c));
+      }
+    }
+    if (!unlocked) break;  // nothing left DRAM meanwhile: the lock was held
+    lock.lock();
   }
-  if (--s.ssd_scans == 0) s.demoted.clear();
   // A copy the read saw can be logged too (it left DRAM afterwards).
   auto id = [](const EntryInfo& c) { return std::tie(c.key, c.kind, c.model_id); };
   std::sort(copies.begin(), copies.end(),
@@ -1842,7 +1891,10 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
     const EntryKey k{ns_id, c.kind, c.key};
     auto& shard = s.ShardFor(k);
     std::shared_lock slock(shard.mu);
-    if (shard.map.count(k) == 0) out.push_back(std::move(c));
+    auto it = shard.map.find(k);
+    if (it == shard.map.end() || it->second->state.load() != EntryState::kCommitted) {
+      out.push_back(std::move(c));
+    }
   }
   return out;
 }
@@ -1957,6 +2009,9 @@ void CacheStore::SetAfterSsdScanHookForTesting(std::function<void()> hook) {
 Status CacheStore::CheckInvariantsForTesting() const {
   const Impl& s = *impl_;
   std::lock_guard lock(s.structure_mu);
+  if (s.scan_starts.empty() && !s.demoted.empty()) {
+    return Internal("entries that left DRAM are still logged with no SSD scan running");
+  }
   uint64_t extents = 0, extent_bytes = 0, payload = 0, reserved = 0, deleting = 0;
   uint64_t reserved_bytes = 0;
   uint64_t committed[2] = {0, 0};

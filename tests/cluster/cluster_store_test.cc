@@ -16,17 +16,13 @@
 
 #include "cluster/placement.h"
 #include "node_test_util.h"
+#include "sanitizers.h"
 
 namespace strata::testing {
 namespace {
 
-// Under ThreadSanitizer every call runs several times slower: the cluster
-// client's deadlines, and the waits checked against them, stretch with it.
-#if defined(__SANITIZE_THREAD__)
-constexpr int kSlowdown = 3;
-#else
-constexpr int kSlowdown = 1;
-#endif
+// The cluster client's deadlines, and the waits checked against them.
+constexpr int kSlowdown = kUnderTsan ? 3 : 1;
 std::chrono::nanoseconds Within(Nanos deadline) {
   return std::chrono::nanoseconds(deadline * kSlowdown);
 }

@@ -802,7 +802,9 @@ class ClusterStore final : public Store {
       if (link.skip_for > 0) {
         link.skip_for = 0;
         link.cleared_at = now;
-        link.catch_up_until = now + std::clamp(now - link.down_since, kMinCatchUp, kMaxCatchUp);
+        // A short outage does not cut the catch-up of a longer one short.
+        link.catch_up_until = std::max(
+            link.catch_up_until, now + std::clamp(now - link.down_since, kMinCatchUp, kMaxCatchUp));
       }
       return;
     }
