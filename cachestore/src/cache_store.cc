@@ -1830,10 +1830,16 @@ Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
 // and adds the copies of entries that left DRAM meanwhile, which the read
 // may have missed (Impl::demoted): looked up without the lock for a few
 // rounds while more arrive, then under it. Copies of committed DRAM
-// entries are left out: the DRAM pass accounts for them.
+// entries are left out: the DRAM pass accounts for them. Reads nothing
+// (and only locks) without an SSD tier or when `tier` excludes it.
 template <typename ImplT, typename Pred>
-std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id, Pred wanted,
+std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id,
+                                       const std::optional<Tier>& tier, Pred wanted,
                                        std::unique_lock<std::mutex>& lock) {
+  if (s.ssd == nullptr || (tier.has_value() && *tier != Tier::kSsd)) {
+    lock.lock();
+    return {};
+  }
   constexpr int kUnlockedRounds = 4;
   uint64_t from = 0;
   {
@@ -2111,21 +2117,16 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   const Nanos now = s.clock->Now();
   // SSD-only entries join the page in the same (key, kind) order;
   // DRAM-resident copies are listed once, as their DRAM entry.
-  std::vector<EntryInfo> ssd_only;
   std::unique_lock lock(s.structure_mu, std::defer_lock);
-  if (s.ssd != nullptr && (!filter.tier.has_value() || *filter.tier == Tier::kSsd)) {
-    ssd_only = ScanSsdThenLock(
-        s, caller.ns, *ns,
-        [&](const EntryInfo& c) {
-          if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) {
-            return false;
-          }
-          return MatchesSsdCopy(filter, c, now);
-        },
-        lock);
-  } else {
-    lock.lock();
-  }
+  std::vector<EntryInfo> ssd_only = ScanSsdThenLock(
+      s, caller.ns, *ns, filter.tier,
+      [&](const EntryInfo& c) {
+        if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) {
+          return false;
+        }
+        return MatchesSsdCopy(filter, c, now);
+      },
+      lock);
   // The index is hashed, so a page is the `limit` smallest keys past the
   // cursor: a bounded heap over one pass, O(entries x log limit).
   auto less = [](const Entry* a, const Entry* b) {
@@ -2189,13 +2190,12 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     return report;
   };
   std::unique_lock lock(s.structure_mu, std::defer_lock);
-  if (!req.root.has_value() && s.ssd != nullptr &&
-      (!req.filter.tier.has_value() || *req.filter.tier == Tier::kSsd)) {
-    ssd_only = ScanSsdThenLock(
-        s, caller.ns, *ns, [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); },
-        lock);
-  } else {
+  if (req.root.has_value()) {
     lock.lock();
+  } else {
+    ssd_only = ScanSsdThenLock(
+        s, caller.ns, *ns, req.filter.tier,
+        [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); }, lock);
   }
 
   // 1. The roots: one named entry, or every unpinned entry the filter picks.
