@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 
+#include "sanitizers.h"
 #include "test_util.h"
 
 namespace strata {
@@ -62,14 +65,42 @@ TEST(LayoutTest, CopyAndChecksumEqualsChecksumOfCopy) {
   EXPECT_EQ(CopyAndChecksum(dst.data(), src.data(), src.size()), Checksum64(src));
   EXPECT_EQ(dst, src);
   // Unaligned destinations and sizes around the streaming threshold.
-  for (size_t n : {0, 1, 63, 4096, 32 * 1024 - 1, 32 * 1024, 70'001}) {
-    for (size_t shift : {0, 3, 8}) {
-      std::vector<std::byte> out(n + shift, std::byte{0});
-      EXPECT_EQ(CopyAndChecksum(out.data() + shift, src.data() + 5, n),
-                Checksum64(std::span(src).subspan(5, n)));
-      EXPECT_TRUE(std::equal(out.begin() + shift, out.end(), src.begin() + 5)) << n << "+" << shift;
+  for (CopySource source : {CopySource::kStable, CopySource::kMayChange}) {
+    for (size_t n : {0, 1, 63, 4096, 32 * 1024 - 1, 32 * 1024, 70'001}) {
+      for (size_t shift : {0, 3, 8}) {
+        std::vector<std::byte> out(n + shift, std::byte{0});
+        EXPECT_EQ(CopyAndChecksum(out.data() + shift, src.data() + 5, n, source),
+                  Checksum64(std::span(src).subspan(5, n)));
+        EXPECT_TRUE(std::equal(out.begin() + shift, out.end(), src.begin() + 5))
+            << n << "+" << shift;
+      }
     }
   }
+}
+
+// A mapped remote arena can change under a copy (its lease ran out and the
+// node reused the space): the checksum returned must be the checksum of what
+// was written, so a torn copy fails verification instead of passing it.
+TEST(LayoutTest, CopyFromAChangingSourceReturnsTheChecksumOfTheCopy) {
+  if (testing::kUnderTsan) GTEST_SKIP() << "races with the copy on purpose";
+  constexpr size_t kWords = 64 * 1024;  // 512 KiB: the streaming path
+  std::vector<uint64_t> words(kWords, 0);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    uint64_t x = 1;
+    while (!stop.load(std::memory_order_relaxed)) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      std::atomic_ref<uint64_t>(words[(x >> 20) % kWords]).store(x, std::memory_order_relaxed);
+    }
+  });
+  std::vector<std::byte> dst(kWords * 8);
+  const auto* src = reinterpret_cast<const std::byte*>(words.data());
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t sum = CopyAndChecksum(dst.data(), src, dst.size(), CopySource::kMayChange);
+    ASSERT_EQ(sum, Checksum64(dst)) << "round " << i;
+  }
+  stop = true;
+  writer.join();
 }
 
 TEST(LayoutTest, AnyFlippedBitIsDetected) {

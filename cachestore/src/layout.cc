@@ -137,24 +137,33 @@ void StreamCopy(std::byte* dst, const std::byte* src, size_t n) {
 
 }  // namespace
 
-uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n) {
+uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n, CopySource source) {
   constexpr size_t kChunk = 16 * 1024;  // hashed while it sits in L1
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
 #if defined(__SSE2__)
   constexpr size_t kStreamFrom = 32 * 1024;  // smaller copies: keep them cache-hot
   if (n >= kStreamFrom) {
-    // Hash each chunk from the (pinned, immutable) source, then stream that
-    // same cache-hot chunk out: the bytes written are the bytes verified.
+    // Hash each chunk, then stream that same cache-hot chunk out. A stable
+    // source is hashed in place and read again from cache; one that may
+    // change is read once, into `chunk`, so the bytes written are the
+    // bytes hashed.
+    alignas(64) std::byte chunk[kChunk];
     for (size_t off = 0; off < n; off += kChunk) {
       const size_t len = std::min(kChunk, n - off);
-      XXH3_64bits_update(&state, src + off, len);
-      StreamCopy(dst + off, src + off, len);
+      const std::byte* from = src + off;
+      if (source == CopySource::kMayChange) {
+        std::memcpy(chunk, from, len);
+        from = chunk;
+      }
+      XXH3_64bits_update(&state, from, len);
+      StreamCopy(dst + off, from, len);
     }
     _mm_sfence();  // order the streaming stores before anyone reads dst
     return XXH3_64bits_digest(&state);
   }
 #endif
+  (void)source;  // the copy below is hashed from dst: safe for either source
   for (size_t off = 0; off < n; off += kChunk) {
     const size_t len = std::min(kChunk, n - off);
     std::memcpy(dst + off, src + off, len);

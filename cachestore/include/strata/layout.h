@@ -146,9 +146,15 @@ struct PayloadHeader {
 uint64_t Checksum64(std::span<const std::byte> bytes);  // xxh3-64, seed 0
 // Copies n bytes and returns Checksum64 of the bytes copied, hashing each
 // cache-sized chunk as it passes through the cache: what a reader gets is
-// exactly what was verified, at about the cost of memcpy. `src` must not
-// change during the call (the store copies from pinned entries).
-uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n);
+// exactly what was verified, at about the cost of memcpy. kStable: `src`
+// does not change during the call (the store copies from pinned entries).
+// kMayChange (a mapped remote arena, whose lease can run out mid-copy):
+// each chunk is read once into an L1 buffer and hashed and written from
+// there, so a change yields a checksum mismatch, never a copy that differs
+// from what was hashed (about 7% slower).
+enum class CopySource { kStable, kMayChange };
+uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n,
+                         CopySource source = CopySource::kStable);
 
 // Writes the header into the first layout.HeaderBytes() of `payload`, whose
 // body the caller has already filled. Returns the entry checksum.

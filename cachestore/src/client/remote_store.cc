@@ -493,7 +493,8 @@ class RemoteStore final : public NodeClient {
   static bool SwaLeased(const MatchResult& match, const MatchResult& leased) {
     return leased.swa.has_value() && leased.swa->entry.tier == Tier::kDram &&
            leased.swa->entry.key == match.swa->entry.key &&
-           leased.swa->entry.checksum == match.swa->entry.checksum;
+           leased.swa->entry.checksum == match.swa->entry.checksum &&
+           leased.swa->entry.payload_bytes == match.swa->entry.payload_bytes;
   }
 
   void FetchMapped(const std::byte* base, const MatchResult& match, const MatchResult& leased,
@@ -529,7 +530,8 @@ class RemoteStore final : public NodeClient {
       }
       uint32_t hb = 0;
       std::memcpy(&hb, src + 20, sizeof(hb));  // header bytes H, see layout.h
-      if (hb > bm.payload_bytes || CopyAndChecksum(dst, src, hb) != bm.checksum) {
+      if (hb > bm.payload_bytes ||
+          CopyAndChecksum(dst, src, hb, CopySource::kMayChange) != bm.checksum) {
         cut(b, ChecksumMismatch("header fails the entry checksum"));
         break;
       }
@@ -543,7 +545,8 @@ class RemoteStore final : public NodeClient {
     }
     std::vector<VerifiedCopy> copies(usable);
     for (size_t b = 0; b < usable; ++b) {
-      copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b]};
+      copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b],
+                   CopySource::kMayChange};
     }
     std::optional<CopyFailure> failure;
     const size_t arrived =
