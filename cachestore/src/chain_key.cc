@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <bit>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -96,6 +97,23 @@ ModelId ModelFingerprint::Id() const {
   h.U32(kv_layout_version);
   h.LengthPrefixed(precision);
   return h.Finish16<ModelId>();
+}
+
+Result<std::string> WeightsRevisionOfFile(const std::string& path) {
+  std::unique_ptr<std::FILE, decltype(&std::fclose)> f(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (f == nullptr) {
+    return NotFound("weights file '" + path + "': " + std::strerror(errno));
+  }
+  Sha256 h;
+  std::vector<char> buffer(1 << 20);
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), f.get())) > 0) h.Bytes(buffer.data(), n);
+  if (std::ferror(f.get()) != 0) {
+    return Internal("weights file '" + path + "': read failed");
+  }
+  struct RevisionTag {};
+  return "sha256:" + h.Finish16<Digest16<RevisionTag>>().ToHex();
 }
 
 Status ValidateNamespace(std::string_view ns) {

@@ -33,9 +33,31 @@ TEST(AdminModelRefTest, SeedFormMatchesTheWorkersRandomWeights) {
 TEST(AdminModelRefTest, FileFormMatchesTheWorkersModelFile) {
   const std::string path = TempPath("weights.safetensors");
   std::ofstream(path) << "weights";
+  Result<std::string> revision = WeightsRevisionOfFile(path);
+  ASSERT_TRUE(revision.ok()) << revision.status().ToString();
   Result<ModelId> id = ResolveModel(path);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  EXPECT_EQ(*id, WorkerModelId("file:" + path));
+  EXPECT_EQ(*id, WorkerModelId(*revision));
+}
+
+// The model id follows the weights, not the path: a file rewritten in place
+// gets a new id, and the same bytes under another path the same one.
+TEST(AdminModelRefTest, FileFormFollowsTheContentNotThePath) {
+  const std::string path = TempPath("rewritten.safetensors");
+  const std::string copy = TempPath("copy.safetensors");
+  std::ofstream(path) << "weights v1";
+  std::ofstream(copy) << "weights v1";
+  Result<ModelId> first = ResolveModel(path);
+  Result<ModelId> same_bytes = ResolveModel(copy);
+  std::ofstream(path, std::ios::trunc) << "weights v2";
+  Result<ModelId> rewritten = ResolveModel(path);
+  ASSERT_TRUE(first.ok() && same_bytes.ok() && rewritten.ok());
+  EXPECT_EQ(*first, *same_bytes);
+  EXPECT_NE(*first, *rewritten);
+  Result<std::string> revision = WeightsRevisionOfFile(path);
+  ASSERT_TRUE(revision.ok());
+  EXPECT_EQ(revision->size(), std::string("sha256:").size() + 32);
+  EXPECT_EQ(WeightsRevisionOfFile(TempPath("missing")).status().code(), StatusCode::kNotFound);
 }
 
 TEST(AdminModelRefTest, HexIsTakenAsIsAndJunkIsRefused) {

@@ -72,6 +72,35 @@ TEST(ModelConfigTest, MetadataRoundTrip) {
   EXPECT_FALSE(ModelConfig::FromMetadata(meta).ok());
 }
 
+// Sizes from a model file are checked one by one: sums and products of
+// them must not wrap into a config that passes and then reads out of bounds
+// or allocates gigabytes per row.
+TEST(ModelConfigTest, SizesThatWouldWrapOrExplodeAreRejected) {
+  const auto with = [](const char* field, const char* value) {
+    auto meta = DefaultModelConfig().ToMetadata();
+    meta[field] = value;
+    return ModelConfig::FromMetadata(meta);
+  };
+  {
+    auto meta = DefaultModelConfig().ToMetadata();
+    meta["encoder_layers"] = "4294967295";  // + 9 decoder layers wraps to 8
+    meta["decoder_layers"] = "9";
+    Result<ModelConfig> c = ModelConfig::FromMetadata(meta);
+    EXPECT_FALSE(c.ok());
+  }
+  EXPECT_FALSE(with("attention_topk", "1073741824").ok());
+  EXPECT_FALSE(with("candidate_blocks", "1073741824").ok());
+  EXPECT_FALSE(with("indexer_block", "4294967295").ok());
+  EXPECT_FALSE(with("window", "4294967295").ok());  // window + 1 wraps to 0
+  EXPECT_FALSE(with("ring_slots", "4294967295").ok());
+  EXPECT_FALSE(with("block_tokens", "4294967294").ok());
+  ModelConfig c = DefaultModelConfig();
+  c.encoder_layers = 4294967295u;
+  c.decoder_layers = 9;
+  EXPECT_FALSE(c.Validate().ok());
+  EXPECT_TRUE(with("attention_topk", "128").ok());  // indexer_block x candidate_blocks = 128
+}
+
 TEST(SafetensorsTest, RandomWeightsAreDeterministicAndLoad) {
   const std::string path = TempPath("tiny.safetensors");
   const SafetensorsFile file = RandomModelFile(TinyModelConfig(), 5);

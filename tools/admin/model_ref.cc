@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "strata/chain_key.h"
 #include "strata/layout.h"
 #include "strata/store_types.h"
 
@@ -25,7 +26,9 @@ Result<ModelId> ResolveModel(const std::string& ref) {
       return InvalidArgument("--model: '" + ref +
                              "' is neither 32 hex digits, seed:N, nor a model file");
     }
-    fp.weights_revision = "file:" + ref;
+    Result<std::string> revision = WeightsRevisionOfFile(ref);
+    if (!revision.ok()) return InvalidArgument("--model: " + revision.status().message());
+    fp.weights_revision = *revision;
   }
   fp.tokenizer_version = "bytes/1";
   fp.chat_template_version = "none";

@@ -56,27 +56,34 @@ Status ModelConfig::Validate() const {
   if (heads == 0 || heads > 64 || indexer_heads == 0 || indexer_heads > 64) {
     return InvalidArgument("model config: heads and indexer_heads must be 1..64");
   }
-  if (encoder_layers == 0 || decoder_layers == 0 || Layers() > 64) {
+  // Each checked on its own: their uint32 sum (Layers()) could wrap.
+  if (encoder_layers == 0 || decoder_layers == 0 || encoder_layers > 64 || decoder_layers > 64 ||
+      Layers() > 64) {
     return InvalidArgument("model config: needs 1+ encoder and 1+ decoder layers, 64 at most");
   }
-  if (window == 0 || ring_slots < window + 1) {
-    return InvalidArgument("model config: ring_slots must exceed the window");
+  if (window == 0 || window > kMaxDim || ring_slots <= window || ring_slots > 2 * kMaxDim) {
+    return InvalidArgument("model config: ring_slots must exceed the window (1..65536)");
   }
   if (experts == 0 || experts > 256 || experts_per_token == 0 || experts_per_token > experts ||
       shared_experts > 1 || expert_hidden == 0 || expert_hidden > kMaxDim) {
     return InvalidArgument("model config: bad expert sizes");
   }
-  if (attention_topk == 0 || indexer_block == 0 || candidate_blocks == 0 ||
-      attention_topk > indexer_block * candidate_blocks) {
+  // Bounded so that per-row buffers (rows x top-k, the candidate pool) stay
+  // small; the product in 64 bits.
+  if (indexer_block == 0 || indexer_block > 1024 || candidate_blocks == 0 ||
+      candidate_blocks > 4096) {
+    return InvalidArgument("model config: indexer_block 1..1024, candidate_blocks 1..4096");
+  }
+  if (attention_topk == 0 ||
+      uint64_t{attention_topk} > uint64_t{indexer_block} * candidate_blocks) {
     return InvalidArgument(
         "model config: attention_topk must be 1..indexer_block x candidate_blocks");
   }
-  if (block_tokens == 0 || block_tokens % 2 != 0) {
-    return InvalidArgument("model config: block_tokens must be even");
+  if (block_tokens == 0 || block_tokens % 2 != 0 || block_tokens > kMaxDim) {
+    return InvalidArgument("model config: block_tokens must be even, 65536 at most");
   }
   if (sources.empty() || sources.size() > 8) return InvalidArgument("model config: 1..8 sources");
-  for (size_t s = 0; s < sources.size(); ++s) {
-    const SourceSpec& src = sources[s];
+  for (const SourceSpec& src : sources) {
     if (src.stride != 1 && src.stride != 2) {
       return InvalidArgument("model config: source '" + src.name + "' stride must be 1 or 2");
     }
@@ -220,7 +227,7 @@ Result<ModelConfig> ModelConfig::FromMetadata(const std::map<std::string, std::s
     src.producer_layer = *producer;
     c.sources.push_back(std::move(src));
   }
-  if (c.encoder_layers + c.decoder_layers > 64) {
+  if (c.encoder_layers > 64 || c.decoder_layers > 64 || c.Layers() > 64) {
     return InvalidArgument("model metadata: too many layers");
   }
   for (uint32_t l = 0; l < c.Layers(); ++l) {

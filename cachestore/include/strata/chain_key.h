@@ -66,6 +66,13 @@ struct ModelFingerprint {
   ModelId Id() const;
 };
 
+// The weights_revision of a weights file, from its content: "sha256:" and
+// the first 16 bytes of the SHA-256 of every byte of the file, in hex. A
+// path would name a file, not weights: one rewritten in place, or two hosts
+// with different files at the same path, would share each other's state.
+// strata-worker and strata-admin --model FILE both use this.
+Result<std::string> WeightsRevisionOfFile(const std::string& path);
+
 // A multimodal item (image, audio clip) occupying prompt positions starting
 // at `position`; `content_hash` identifies its content.
 struct MultimodalRef {
