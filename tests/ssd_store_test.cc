@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "strata/cache_store.h"
@@ -272,6 +273,34 @@ TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
   m = Match(tokens);
   EXPECT_EQ(m.blocks.size(), 2u);  // dropped: a miss from now on
   ExpectInvariants();
+}
+
+// Bytes that go bad in DRAM after their publish are caught by write-back's
+// own verification: the entry (and what hangs from it) is dropped, and no
+// SSD copy of the bad bytes is made (the SSD tier would checksum them as
+// given and serve them as good after DRAM let go).
+TEST_F(SsdStoreTest, WriteBackVerifiesAndDropsBytesThatWentBadInDram) {
+  Open();
+  std::promise<void> corrupted;
+  std::shared_future<void> go = corrupted.get_future().share();
+  store_->SetBeforeWriteBackHookForTesting([go] { go.wait(); });
+  const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 8);
+  Commit(tokens);
+  const std::vector<ChainKey> keys = Keys(tokens);
+  std::span<std::byte> bytes =
+      store_->MutablePayloadForTesting(who_, keys[2], StateKind::kGlobalKv);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() - 5] ^= std::byte{0x40};
+  corrupted.set_value();
+  store_->FlushWriteBack();
+  const StoreStats st = store_->Stats();
+  EXPECT_EQ(st.evictions[static_cast<size_t>(EvictReason::kChecksum)], 2u);  // block 2 and 3
+  EXPECT_EQ(Match(tokens).blocks.size(), 2u);
+  ExpectInvariants();
+  store_.reset();
+  auto tier = SsdTier::Open(*Options().ssd).value();
+  EXPECT_TRUE(tier->Lookup({who_.ns, TestModel(), keys[1], StateKind::kGlobalKv}).has_value());
+  EXPECT_FALSE(tier->Lookup({who_.ns, TestModel(), keys[2], StateKind::kGlobalKv}).has_value());
 }
 
 // A cold leased match reads a run of SSD-only blocks as one batch and

@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <utility>
+
+#include "ssd/uring_io.h"
 
 namespace strata {
 namespace {
@@ -388,6 +391,117 @@ TEST(SsdTierTest, WatermarkEvictsLeastRecentlyUsedAndReusesSpace) {
   EXPECT_EQ(tier->Stats().entries, entries);
 }
 
+// The ring under the SSD tier: a submission the kernel cannot take now is
+// retried (never a wait on nothing), and a ring that fails outright waits
+// for what the kernel holds, fails the rest, and runs no later batch (a
+// stale completion would land in it).
+TEST(UringRingTest, RetriesRefusedSubmitsAndBreaksOnFailure) {
+  TempDir dir;
+  const std::string path = dir.path() + "/data";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 16 * kSsdBlockBytes), 0);
+  auto created = UringRing::Create(std::span(&fd, 1), /*depth=*/2, kSsdBlockBytes);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  UringRing& ring = **created;
+  const std::vector<std::byte> block = RandomBytes(kSsdBlockBytes, 21);
+  auto batch = [](bool write) {
+    std::vector<IoOp> ops(6);
+    for (uint32_t i = 0; i < ops.size(); ++i) {
+      ops[i].write = write;
+      ops[i].offset = uint64_t{i} * kSsdBlockBytes;
+      ops[i].length = kSsdBlockBytes;
+    }
+    return ops;
+  };
+  auto fill = [&](size_t, std::span<std::byte> buf) {
+    std::memcpy(buf.data(), block.data(), buf.size());
+  };
+  size_t drained = 0;
+  auto drain = [&](size_t, std::span<std::byte> buf) {
+    drained += std::equal(buf.begin(), buf.end(), block.begin()) ? 1 : 0;
+  };
+  size_t done = 0;
+  auto on_done = [&](size_t) { ++done; };
+
+  ring.FailSubmitsForTesting(-EAGAIN, 3);  // nothing in the kernel meanwhile
+  std::vector<IoOp> writes = batch(true);
+  ring.Run(writes, fill, drain, on_done);
+  for (const IoOp& op : writes) EXPECT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
+  EXPECT_EQ(done, 6u);
+
+  ring.FailSubmitsForTesting(-EIO, 1, /*after=*/1);  // two reads already in the kernel
+  std::vector<IoOp> reads = batch(false);
+  ring.Run(reads, fill, drain, on_done);
+  EXPECT_TRUE(ring.broken());
+  EXPECT_EQ(reads[0].result, static_cast<int>(kSsdBlockBytes));  // waited for
+  EXPECT_EQ(reads[1].result, static_cast<int>(kSsdBlockBytes));
+  EXPECT_EQ(drained, 2u);
+  for (size_t i = 2; i < reads.size(); ++i) EXPECT_EQ(reads[i].result, -EIO) << i;
+
+  std::vector<IoOp> again = batch(false);
+  ring.Run(again, fill, drain, on_done);
+  for (const IoOp& op : again) EXPECT_EQ(op.result, -EIO);
+  EXPECT_EQ(drained, 2u);
+  ::close(fd);
+}
+
+// A key erased and written again before the erase reached the index: the
+// new entry's index record must survive the old one's delete (it is what a
+// restart rebuilds from).
+TEST(SsdTierTest, AKeyWrittenAgainDuringItsEraseSurvivesARestart) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path());
+  SsdTier* tier_ptr = nullptr;
+  const std::vector<std::byte> v1 = RandomBytes(8000, 31), v2 = RandomBytes(8000, 32);
+  bool rewrite = true;
+  o.before_index_delete_hook = [&] {
+    if (std::exchange(rewrite, false)) {
+      EXPECT_TRUE(tier_ptr->Write({Key(1), v2, 1, 1}).ok());  // lands between retire and delete
+    }
+    return Status::Ok();
+  };
+  {
+    auto tier = SsdTier::Open(o).value();
+    tier_ptr = tier.get();
+    ASSERT_TRUE(tier->Write({Key(1), v1, 1, 1}).ok());
+    ASSERT_TRUE(tier->Erase(Key(1)).ok());
+    EXPECT_TRUE(tier->Contains(Key(1)));  // the second write
+  }
+  o.before_index_delete_hook = nullptr;
+  auto tier = SsdTier::Open(o).value();
+  ASSERT_TRUE(tier->Contains(Key(1)));
+  std::vector<std::byte> out(v2.size());
+  ASSERT_TRUE(tier->Read({Key(1), out}).ok());
+  EXPECT_EQ(out, v2);
+}
+
+// A chain written, or read, in one batch at one instant (a batch lists the
+// root first): under pressure its tail goes first, for either policy. An
+// ancestor evicted before its descendants would leave them unreachable.
+TEST(SsdTierTest, EqualTimesEvictAChainsTailBeforeItsAncestors) {
+  for (const char* policy : {"lru", "deadline"}) {
+    TempDir dir;
+    ManualClock clock;
+    SsdTierOptions o = Options(dir.path(), 8 * kSsdBlockBytes);
+    o.clock = &clock;
+    o.high_watermark = o.low_watermark = 1.0;
+    o.eviction_policy = policy;
+    auto tier = SsdTier::Open(o).value();
+    const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 13);
+    std::vector<SsdWrite> chain;
+    for (uint64_t i = 0; i < 8; ++i) chain.push_back({Key(100 + i), p, 1, 1});
+    for (const Status& st : tier->WriteBatch(chain)) ASSERT_TRUE(st.ok()) << st.ToString();
+    std::vector<std::vector<std::byte>> out(8, std::vector<std::byte>(p.size()));
+    std::vector<SsdRead> reads;
+    for (uint64_t i = 0; i < 8; ++i) reads.push_back({Key(100 + i), out[i]});
+    for (const Status& st : tier->ReadBatch(reads)) ASSERT_TRUE(st.ok()) << st.ToString();
+    for (uint64_t j = 0; j < 3; ++j) ASSERT_TRUE(tier->Write({Key(200 + j), p, 1, 1}).ok());
+    for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(tier->Contains(Key(100 + i))) << policy << i;
+    for (uint64_t i = 5; i < 8; ++i) EXPECT_FALSE(tier->Contains(Key(100 + i))) << policy << i;
+  }
+}
+
 // 24 blocks come back again and again, each time after 71 other writes and
 // uses, while one-off blocks stream through a tier of 64 entries. Every
 // block leaves DRAM (a renewal) right after it is written or served, as in
@@ -483,6 +597,29 @@ TEST(SsdTierTest, ConcurrentReadersOfOneEntry) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(good.load(), 60);
+}
+
+// An index that fails a delete (injected: RocksDB's errors are sticky):
+// the delete fails, the entries it was for stay served (the index still has
+// them) instead of leaking their space, and nothing more is evicted.
+TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsEntries) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path());
+  o.before_index_delete_hook = [] { return Unavailable("injected: index write failed"); };
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(8000, 41);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+  EXPECT_EQ(tier->Erase(Key(1)).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(tier->Contains(Key(1)));
+  std::vector<std::byte> out(p.size());
+  EXPECT_TRUE(tier->Read({Key(1), out}).ok());
+  EXPECT_EQ(out, p);
+  EXPECT_EQ(tier->Stats().entries, 4u);
+  EXPECT_EQ(tier->Stats().used_bytes, 4 * SsdIoBytes(p.size()));
+  EXPECT_EQ(tier->RunMaintenance(), 0u);
+  // The index is failed for good: writes are refused, reads go on.
+  EXPECT_FALSE(tier->Write({Key(9), p, 1, 1}).ok());
+  EXPECT_TRUE(tier->Read({Key(2), out}).ok());
 }
 
 // Data files on a 1 MiB tmpfs with a 16 MiB configured tier (the index on

@@ -178,9 +178,10 @@ struct CacheStore::Impl {
   // that leave DRAM keeping an SSD copy are logged, and each scan reads
   // its part of the log back by key (ScanSsdThenLock). All structure_mu.
   std::deque<EntryKey> demoted;
-  uint64_t demoted_base = 0;             // log position of demoted.front()
-  std::multiset<uint64_t> scan_starts;   // per running scan: the position it reads on from
-  std::function<void()> after_ssd_scan;  // test hook, set before any call
+  uint64_t demoted_base = 0;                // log position of demoted.front()
+  std::multiset<uint64_t> scan_starts;      // per running scan: the position it reads on from
+  std::function<void()> after_ssd_scan;     // test hook, set before any call
+  std::function<void()> before_write_back;  // test hook, set before any call
 
   uint64_t DemotedEndLocked() const { return demoted_base + demoted.size(); }
   void LogLeftDramLocked(const EntryKey& k) {
@@ -240,8 +241,13 @@ struct CacheStore::Impl {
   }
 
   // Writes a batch of DRAM entries to the SSD tier, each pinned as a reader
-  // meanwhile. Entries gone since they were queued are skipped.
+  // meanwhile. Entries gone since they were queued are skipped. Each is
+  // verified first: the SSD tier checksums what it is given, so bytes that
+  // went bad in DRAM after their publish would otherwise become an SSD copy
+  // that passes every later check (and a DRAM checksum failure deliberately
+  // keeps the SSD copy, as the good one).
   void WriteBack(const std::vector<EntryRef>& batch) {
+    if (before_write_back) before_write_back();
     std::vector<EntryRef> pinned;
     std::vector<SsdWrite> writes;
     {
@@ -256,6 +262,20 @@ struct CacheStore::Impl {
       }
     }
     const Nanos to_tier = ssd->Now() - clock->Now();
+    std::vector<EntryRef> corrupt;
+    for (size_t i = 0; i < pinned.size();) {
+      const Entry* e = pinned[i].entry;
+      if (VerifyPayload(*FindLayout(e->layout_id), arena->Bytes(e->extent, e->payload_bytes),
+                        e->checksum)
+              .ok()) {
+        ++i;
+        continue;
+      }
+      corrupt.push_back(pinned[i]);
+      pinned.erase(pinned.begin() + static_cast<ptrdiff_t>(i));
+    }
+    DropCorrupt(corrupt);
+    for (const EntryRef& ref : corrupt) Unpin(ref, /*lease=*/false);
     for (const EntryRef& ref : pinned) {
       const Entry* e = ref.entry;
       SsdWrite w;
@@ -276,6 +296,20 @@ struct CacheStore::Impl {
       if (pinned[i].entry->state.load() == EntryState::kDeleting) (void)ssd->Erase(writes[i].key);
     }
     for (const EntryRef& ref : pinned) Unpin(ref, /*lease=*/false);
+  }
+
+  // Deletes entries (and their subtrees) whose bytes failed verification:
+  // never served again. The caller still holds, and drops, its pins.
+  void DropCorrupt(const std::vector<EntryRef>& corrupt) {
+    if (corrupt.empty()) return;
+    m.checksum_failures->Increment(corrupt.size());
+    std::lock_guard lock(structure_mu);
+    for (const EntryRef& ref : corrupt) {
+      Entry* e = ref.entry;
+      if (e->generation == ref.generation && e->state.load() == EntryState::kCommitted) {
+        DeleteSubtreeLocked(e, EvictReason::kChecksum);
+      }
+    }
   }
 
   // Whether a committed, unexpired entry is under `k` now (no pin).
@@ -407,14 +441,17 @@ struct CacheStore::Impl {
           {SsdKeyOf(keys[which[w]], model), arena->Bytes((*e)->extent, (*e)->extent.length)});
     }
     const std::vector<Status> read = reads.empty() ? std::vector<Status>() : ssd->ReadBatch(reads);
+    std::vector<const SsdKey*> used;
     for (size_t w = 0, r = 0; w < which.size(); ++w) {
       if (staged[w] == nullptr) continue;
       const size_t i = which[w];
       const SsdRead& done = reads[r];
       results[i] = Publish(staged[w], read[r++], parents[i], now);
-      // Served from SSD: a use of the SSD copy, which now shadows DRAM.
-      if (results[i].ok()) ssd->Touch(done.key, SsdTouch::kUse);
+      if (results[i].ok()) used.push_back(&done.key);
     }
+    // Served from SSD: a use of each SSD copy, which now shadows DRAM.
+    // Root last, so an ancestor stays younger than its descendants there.
+    for (size_t u = used.size(); u-- > 0;) ssd->Touch(*used[u], SsdTouch::kUse);
   }
 
   SsdKey SsdKeyOf(const EntryKey& k, const ModelId& model) const {
@@ -1115,6 +1152,8 @@ class CacheStore::PrefixLookup {
 
   MatchResult Finish(const ChainKey& root, uint64_t prompt_tokens) {
     Flush();
+    // SSD-only hits, root last too (the SSD tier breaks ties by touch order).
+    for (size_t i = ssd_hits_.size(); i-- > 0;) s_.ssd->Touch(ssd_hits_[i]);
     result_.prefix_key = result_.blocks.empty() ? root : result_.blocks.back().key;
     if (!hits_.empty()) {
       // Touch root-last so ancestors stay younger than descendants (the SWA
@@ -1185,7 +1224,7 @@ class CacheStore::PrefixLookup {
     if (!s_.SsdAdmits(k.kind)) return std::nullopt;
     const SsdKey key{ns_name_, result_.model_id, k.chain, k.kind};
     std::optional<SsdEntryMeta> meta = s_.ssd->Lookup(key);
-    if (meta.has_value()) s_.ssd->Touch(key);
+    if (meta.has_value()) ssd_hits_.push_back(key);  // touched by Finish
     return meta;
   }
 
@@ -1207,6 +1246,7 @@ class CacheStore::PrefixLookup {
   const Nanos lease_ttl_;
   const Nanos start_;
   std::vector<EntryRef> hits_;
+  std::vector<SsdKey> ssd_hits_;  // SSD-only hits, in chain order
   MatchResult result_;
 };
 
@@ -1474,16 +1514,7 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     }
     if (swa_ref.entry == e) refs_to_drop.push_back(swa_ref);
   }
-  if (!refs_to_drop.empty()) {
-    s.m.checksum_failures->Increment(refs_to_drop.size());
-    std::lock_guard lock(s.structure_mu);
-    for (const EntryRef& ref : refs_to_drop) {
-      Entry* e = ref.entry;
-      if (e->generation == ref.generation && e->state.load() == EntryState::kCommitted) {
-        s.DeleteSubtreeLocked(e, EvictReason::kChecksum);
-      }
-    }
-  }
+  s.DropCorrupt(refs_to_drop);
   for (const EntryRef& ref : pinned) s.Unpin(ref, /*lease=*/false);
   if (swa_ref.entry != nullptr) s.Unpin(swa_ref, /*lease=*/false);
 
@@ -2010,6 +2041,10 @@ std::span<std::byte> CacheStore::MutablePayloadForTesting(const Principal& calle
 
 void CacheStore::SetAfterSsdScanHookForTesting(std::function<void()> hook) {
   impl_->after_ssd_scan = std::move(hook);
+}
+
+void CacheStore::SetBeforeWriteBackHookForTesting(std::function<void()> hook) {
+  impl_->before_write_back = std::move(hook);
 }
 
 Status CacheStore::CheckInvariantsForTesting() const {

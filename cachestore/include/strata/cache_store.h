@@ -225,6 +225,9 @@ class CacheStore {
   // SSD tier and before they take the store's structure lock. Set it before
   // any call that could run it.
   void SetAfterSsdScanHookForTesting(std::function<void()> hook);
+  // Test hook: runs on the write-back thread before each batch is pinned
+  // and verified. Set it before any commit.
+  void SetBeforeWriteBackHookForTesting(std::function<void()> hook);
 
  private:
   struct Impl;

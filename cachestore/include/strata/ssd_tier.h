@@ -70,6 +70,10 @@ struct SsdTierOptions {
   // Fault injection for tests: runs after a batch's data is durable and
   // before its index entries are written.
   std::function<void()> before_index_write_hook;
+  // Fault injection for tests: runs when entries taken out of memory
+  // (erased, evicted) are about to be deleted from the index; an error is
+  // taken as the index's own.
+  std::function<Status()> before_index_delete_hook;
 };
 
 // Identity of one SSD entry.

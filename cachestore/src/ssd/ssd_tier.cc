@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -69,6 +70,11 @@ struct Record {
   uint8_t uses = 0;    // earlier uses known to this tier, saturating
   bool above = false;  // the block is (presumed) in DRAM: this copy is a shadow
   bool open = false;   // a holding interval was started for the model
+  // Breaks ties in the eviction rank: the later a record was last written,
+  // used or renewed, the later it goes. Callers touch a chain leaf first and
+  // root last, so with equal times an ancestor outlives its descendants
+  // (which no match reaches without it).
+  uint64_t order = 0;
 };
 using RecordPtr = std::shared_ptr<Record>;
 
@@ -117,15 +123,26 @@ struct SsdTier::Impl {
     Nanos at = 0;
     SsdTouch what = SsdTouch::kUse;
     uint32_t earlier_uses = 0;
+    uint64_t order = 0;  // taken when touched, not when applied
   };
   std::mutex touch_mu;
-  std::vector<QueuedTouch> touches;         // touch_mu
+  std::vector<QueuedTouch> touches;  // touch_mu
+  // Serializes index writes with the in-memory changes they stand for, so
+  // the index ends in the order memory did: a put after a retire of the
+  // same key never loses to the retire's delete, and a stale access-time
+  // put never brings back an entry deleted (or rewritten) meanwhile. Taken
+  // before `mu`.
+  std::mutex index_mu;
   std::unordered_set<std::string> pending;  // keys being written
   // The "deadline" policy (absent for "lru"): holding times per class of
   // earlier uses, and fingerprints of evicted keys so a rewrite after an
   // eviction counts as a reuse the tier missed. Both under `mu`.
   std::optional<HoldTimeModel> model;
   GhostTable ghosts;
+  // Record::order: taken by each touch when it is made, and by each write
+  // and read, so the order does not depend on when queued touches apply.
+  std::atomic<uint64_t> next_order{0};
+  uint64_t NextOrder() { return next_order.fetch_add(1, std::memory_order_relaxed) + 1; }
   std::vector<SsdSpace> space;  // per file
   uint32_t next_file = 0;
   bool writes_enabled = true;
@@ -191,6 +208,7 @@ struct SsdTier::Impl {
     if (it == records.end()) return;
     Record& r = *it->second;
     r.meta.last_access = std::max(r.meta.last_access, t.at);
+    r.order = std::max(r.order, t.order);
     if (!model.has_value()) return;
     if (t.what == SsdTouch::kUse) {
       // A use while already a shadow is the same use seen twice (a match,
@@ -324,16 +342,39 @@ struct SsdTier::Impl {
   }
 
   // Deletes retired records from the index durably, then frees what no
-  // reader holds.
-  void FinishRetire(const std::vector<std::string>& keys, const std::vector<RecordPtr>& recs) {
-    if (recs.empty()) return;
-    Status st = index_failed.load() ? Unavailable("the SSD index failed earlier")
-                                    : index->Apply({}, keys, /*sync=*/true);
+  // reader holds. If the delete fails, the records go back in memory (the
+  // index still has them, their bytes are intact) unless they are `bad`,
+  // and the error is returned.
+  Status FinishRetire(const std::vector<std::string>& keys, const std::vector<RecordPtr>& recs,
+                      bool bad = false) {
+    if (recs.empty()) return Status::Ok();
+    const Status injected =
+        opts.before_index_delete_hook ? opts.before_index_delete_hook() : Status::Ok();
+    std::lock_guard index_lock(index_mu);
+    // A key written again since its retire has its own index entry now,
+    // which already replaced this one's: it must not be deleted.
+    std::vector<std::string> deletes;
+    {
+      std::lock_guard lock(mu);
+      for (const std::string& k : keys) {
+        if (!records.contains(k)) deletes.push_back(k);
+      }
+    }
+    Status st = !injected.ok()        ? injected
+                : index_failed.load() ? Unavailable("the SSD index failed earlier")
+                : deletes.empty()     ? Status::Ok()
+                                      : index->Apply({}, deletes, /*sync=*/true);
+    if (!st.ok()) index_failed.store(true);  // RocksDB errors are sticky
     std::lock_guard lock(mu);
     if (!st.ok()) {
-      // The old entries may survive a crash; keep their extents out of reuse
-      // (restart rebuilds occupancy from the index anyway).
+      // Still indexed: keep serving them rather than leak their space, and
+      // evict nothing more (no delete can be made durable now).
       spdlog::error("ssd: deleting {} index entries failed: {}", keys.size(), st.ToString());
+      for (size_t i = 0; i < keys.size() && !bad; ++i) {
+        if (records.contains(keys[i])) continue;
+        recs[i]->retired = false;
+        records.emplace(keys[i], recs[i]);
+      }
     } else {
       for (const RecordPtr& r : recs) {
         r->index_gone = true;
@@ -341,6 +382,7 @@ struct SsdTier::Impl {
       }
     }
     PublishGaugesLocked();
+    return st;
   }
 
   // Picks victims: expired entries (with `ttl`), then the lowest ranked
@@ -354,14 +396,19 @@ struct SsdTier::Impl {
     const uint64_t low = static_cast<uint64_t>(opts.low_watermark * static_cast<double>(cap));
     if (!ttl && UsedLocked() + incoming <= high) return;
     ApplyTouchesLocked();
-    std::vector<std::pair<uint64_t, const std::string*>> by_rank;
+    struct Ranked {
+      uint64_t rank;
+      uint64_t order;
+      const std::string* key;
+    };
+    std::vector<Ranked> by_rank;
     uint64_t shadow_bytes = 0;
     for (const auto& [k, r] : records) {
       if (r->above) shadow_bytes += r->meta.extent_bytes;
       if (ttl && r->meta.expiry <= now && r->readers == 0) {
         keys->push_back(k);
       } else if (r->readers == 0) {
-        by_rank.emplace_back(RankLocked(*r), &k);
+        by_rank.push_back({RankLocked(*r), r->order, &k});
       }
     }
     if (model.has_value()) model->set_capacity(ModelCapacityLocked(shadow_bytes));
@@ -371,13 +418,15 @@ struct SsdTier::Impl {
     uint64_t used = UsedLocked();
     for (const RecordPtr& r : *recs) used -= r->meta.extent_bytes;
     if (used + incoming <= high) return;
-    // Ties (a batch written at once) go in key order, so a replay evicts
-    // the same entries every time.
-    std::sort(by_rank.begin(), by_rank.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+    // Ties (a batch written at once) go in the order they were last
+    // touched (ancestors last), then in key order, so a replay evicts the
+    // same entries every time.
+    std::sort(by_rank.begin(), by_rank.end(), [](const Ranked& a, const Ranked& b) {
+      if (a.rank != b.rank) return a.rank < b.rank;
+      return a.order != b.order ? a.order < b.order : *a.key < *b.key;
     });
     size_t n = 0;
-    for (const auto& [rank, key] : by_rank) {
+    for (const auto& [rank, order, key] : by_rank) {
       if (used + incoming <= low) break;
       std::string k = *key;  // `key` points into the node RetireLocked erases
       RecordPtr r = RetireLocked(k);
@@ -398,14 +447,14 @@ struct SsdTier::Impl {
   }
 
   uint64_t MakeRoom(uint64_t incoming, bool ttl) {
+    if (index_failed.load()) return 0;  // no delete could be made durable
     std::vector<std::string> keys;
     std::vector<RecordPtr> recs;
     {
       std::lock_guard lock(mu);
       CollectVictimsLocked(clock->Now(), incoming, ttl, &keys, &recs);
     }
-    FinishRetire(keys, recs);
-    return recs.size();
+    return FinishRetire(keys, recs).ok() ? recs.size() : 0;
   }
 
   void DisableWrites(const std::string& why) {
@@ -441,7 +490,7 @@ struct SsdTier::Impl {
       keys.push_back(key);
       reason->Increment();
     }
-    FinishRetire(keys, recs);
+    (void)FinishRetire(keys, recs, /*bad=*/true);  // out of memory, whatever the index says
   }
 
   // Splits one entry's I/O into ops: one direct op, or bounce-sized chunks.
@@ -727,6 +776,8 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   }
   Status durable = s.opts.sync ? s.SyncFiles(touched) : Status::Ok();
   if (durable.ok() && s.opts.before_index_write_hook) s.opts.before_index_write_hook();
+  // Held until the records are in memory: see index_mu.
+  std::lock_guard index_lock(s.index_mu);
   std::vector<std::pair<std::string, SsdEntryMeta>> puts;
   for (size_t i = 0; i < writes.size(); ++i) {
     if (todo[i] && durable.ok()) puts.emplace_back(keys[i], metas[i]);
@@ -746,7 +797,9 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   if (!io_error.empty()) s.DisableWrites(io_error);
 
   std::lock_guard lock(s.mu);
-  for (size_t i = 0; i < writes.size(); ++i) {
+  // Last to first: a batch lists a chain root first, and the root must be
+  // the youngest (Record::order).
+  for (size_t i = writes.size(); i-- > 0;) {
     if (!placed[i]) continue;
     s.pending.erase(keys[i]);
     if (!todo[i]) {
@@ -767,6 +820,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       s.MaybeFreeLocked(*slot);
     }
     s.PlaceNewLocked(keys[i], *rec);
+    rec->order = s.NextOrder();
     slot = std::move(rec);
     s.bytes_written += metas[i].payload_bytes;
     s.m.bytes_written->Increment(metas[i].payload_bytes);
@@ -858,20 +912,21 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
     }
     s.m.bytes_read->Increment(meta.payload_bytes);
   }
-  std::vector<std::pair<std::string, SsdEntryMeta>> access_puts;
+  std::vector<std::pair<std::string, RecordPtr>> access_puts;
   std::vector<std::pair<std::string, RecordPtr>> to_drop;
   {
     std::lock_guard lock(s.mu);
-    for (size_t i = 0; i < reads.size(); ++i) {
+    for (size_t i = reads.size(); i-- > 0;) {  // root last: see Record::order
       if (recs[i] == nullptr) continue;
       Record& r = *recs[i];
       --r.readers;
       if (out[i].ok()) {
         s.bytes_read += r.meta.payload_bytes;
         r.meta.last_access = now;
+        r.order = s.NextOrder();
         if (!r.retired && now - r.persisted_access >= s.opts.access_persist_interval) {
           r.persisted_access = now;
-          access_puts.emplace_back(keys[i], r.meta);
+          access_puts.emplace_back(keys[i], recs[i]);
         }
       } else if (out[i].code() == StatusCode::kNotFound) {
         to_drop.emplace_back(keys[i], recs[i]);
@@ -881,7 +936,18 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
   }
   for (const auto& [k, r] : to_drop) s.Drop(k, r, s.m.evict_checksum);
   if (!access_puts.empty() && !s.index_failed.load()) {
-    Status st = s.index->Apply(access_puts, {}, /*sync=*/false);
+    // Only records still current: one deleted or rewritten since the read
+    // keeps what its delete or rewrite wrote.
+    std::lock_guard index_lock(s.index_mu);
+    std::vector<std::pair<std::string, SsdEntryMeta>> puts;
+    {
+      std::lock_guard lock(s.mu);
+      for (const auto& [k, r] : access_puts) {
+        auto it = s.records.find(k);
+        if (it != s.records.end() && it->second == r && !r->retired) puts.emplace_back(k, r->meta);
+      }
+    }
+    Status st = puts.empty() ? Status::Ok() : s.index->Apply(puts, {}, /*sync=*/false);
     if (!st.ok()) s.index_failed.store(true);
     if (!st.ok()) spdlog::warn("ssd: persisting access times failed: {}", st.ToString());
   }
@@ -901,7 +967,8 @@ std::optional<SsdEntryMeta> SsdTier::Lookup(const SsdKey& key) const {
 }
 
 void SsdTier::Touch(const SsdKey& key, SsdTouch what, uint32_t earlier_uses) {
-  impl_->QueueTouch({EncodeSsdKey(key), impl_->clock->Now(), what, earlier_uses});
+  impl_->QueueTouch(
+      {EncodeSsdKey(key), impl_->clock->Now(), what, earlier_uses, impl_->NextOrder()});
 }
 
 Status SsdTier::Erase(const SsdKey& key) {
@@ -914,8 +981,7 @@ Status SsdTier::Erase(const SsdKey& key) {
     if (r == nullptr) return NotFound("not on the SSD tier");
     s.m.evict_explicit->Increment();
   }
-  s.FinishRetire({k}, {r});
-  return Status::Ok();
+  return s.FinishRetire({k}, {r});
 }
 
 std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) const {

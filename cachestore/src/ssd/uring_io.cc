@@ -1,9 +1,11 @@
 #include "ssd/uring_io.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace strata {
 namespace {
@@ -53,12 +55,31 @@ UringRing::~UringRing() {
 
 void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& drain,
                     const DoneFn& done_fn) {
+  if (broken_ != 0) {
+    for (IoOp& op : ops) op.result = broken_;
+    return;
+  }
   std::vector<uint32_t> free_slots(depth_);
   for (uint32_t i = 0; i < depth_; ++i) free_slots[i] = depth_ - 1 - i;
   std::vector<size_t> completed;  // reaped, their done_fn not yet run
   size_t next = 0, inflight = 0, reaped = 0;
   auto buffer = [&](uint32_t slot) {
     return std::span<std::byte>(buffers_ + uint64_t{slot} * buffer_bytes_, buffer_bytes_);
+  };
+  auto reap = [&](io_uring_cqe* cqe) {
+    const uint64_t data = io_uring_cqe_get_data64(cqe);
+    const size_t i = data & kOpMask;
+    const uint64_t slot_tag = data >> kSlotShift;
+    IoOp& op = ops[i];
+    op.result = cqe->res;
+    if (slot_tag != 0) {
+      const auto slot = static_cast<uint32_t>(slot_tag - 1);
+      if (!op.write && cqe->res == static_cast<int>(op.length)) {
+        drain(i, buffer(slot).first(op.length));
+      }
+      free_slots.push_back(slot);
+    }
+    completed.push_back(i);
   };
   while (reaped < ops.size()) {
     while (next < ops.size() && inflight < depth_) {
@@ -92,36 +113,50 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
       ++inflight;
     }
     // Queue full again: now the CPU work of what completed overlaps the I/O.
-    int rc = io_uring_submit(&ring_);
+    int rc = Submit();
     for (size_t i : completed) done_fn(i);
     completed.clear();
-    if (rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) {
+    // What the kernel holds; the rest is still queued in the ring.
+    const size_t in_kernel = inflight - io_uring_sq_ready(&ring_);
+    if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) {
+      // Not taken this time. With nothing in the kernel to wait for, waiting
+      // would never return: pause, then submit again.
+      if (in_kernel == 0 && io_uring_cq_ready(&ring_) == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      rc = 0;
+    }
+    if (rc >= 0) {
       io_uring_cqe* first = nullptr;
       rc = io_uring_wait_cqe(&ring_, &first);
+      if (rc == -EINTR || rc == -EAGAIN) rc = 0;  // reap what is there, if anything
     }
-    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-      // The ring is unusable: fail what has not completed.
+    if (rc < 0) {
+      // The ring is unusable. The kernel may still be reading into caller
+      // memory: wait for what it holds before the caller frees anything,
+      // fail the rest, and never run another batch on this ring (a stale
+      // completion would land in the next one).
+      broken_ = rc;
+      for (size_t left = in_kernel; left > 0;) {
+        io_uring_cqe* cqe = nullptr;
+        const int w = io_uring_wait_cqe(&ring_, &cqe);
+        if (w == -EINTR) continue;
+        if (w < 0) break;  // cannot even wait: nothing more can be learned
+        reap(cqe);
+        io_uring_cqe_seen(&ring_, cqe);
+        --left;
+      }
+      for (size_t i : completed) done_fn(i);
       for (IoOp& op : ops) {
-        if (op.result == 0) op.result = rc;
+        if (op.result == 0) op.result = rc;  // lengths are never 0: not completed
       }
       return;
     }
     io_uring_cqe* cqe = nullptr;
     unsigned head = 0, seen = 0;
     io_uring_for_each_cqe(&ring_, head, cqe) {
-      const uint64_t data = io_uring_cqe_get_data64(cqe);
-      const size_t i = data & kOpMask;
-      const uint64_t slot_tag = data >> kSlotShift;
-      IoOp& op = ops[i];
-      op.result = cqe->res;
-      if (slot_tag != 0) {
-        const auto slot = static_cast<uint32_t>(slot_tag - 1);
-        if (!op.write && cqe->res == static_cast<int>(op.length)) {
-          drain(i, buffer(slot).first(op.length));
-        }
-        free_slots.push_back(slot);
-      }
-      completed.push_back(i);
+      reap(cqe);
       ++seen;
     }
     io_uring_cq_advance(&ring_, seen);
@@ -129,6 +164,24 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
     reaped += seen;
   }
   for (size_t i : completed) done_fn(i);
+}
+
+int UringRing::Submit() {
+  if (fail_submits_ > 0) {
+    if (pass_submits_ > 0) {
+      --pass_submits_;
+    } else {
+      --fail_submits_;
+      return fail_submit_rc_;
+    }
+  }
+  return io_uring_submit(&ring_);
+}
+
+void UringRing::FailSubmitsForTesting(int rc, uint32_t times, uint32_t after) {
+  fail_submit_rc_ = rc;
+  fail_submits_ = times;
+  pass_submits_ = after;
 }
 
 }  // namespace strata

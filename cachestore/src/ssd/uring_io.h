@@ -42,14 +42,27 @@ class UringRing {
   // in flight: where per-entry CPU work (checksums) overlaps the I/O.
   using DoneFn = std::function<void(size_t)>;
 
-  // Runs every op; each op's `result` says how it went. A ring-level failure
-  // (submission refused) fails the ops not yet completed with its errno.
+  // Runs every op; each op's `result` says how it went. A submission the
+  // kernel cannot take now (EAGAIN, EBUSY) is retried. A ring-level failure
+  // fails the ops not yet completed with its -errno, after waiting for those
+  // the kernel holds; the ring is then broken and fails every later batch.
   void Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& drain, const DoneFn& done);
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
+  bool broken() const { return broken_ != 0; }
+
+  // Test hook: after `after` real submissions, the next `times` return `rc`
+  // without submitting anything.
+  void FailSubmitsForTesting(int rc, uint32_t times, uint32_t after = 0);
 
  private:
   UringRing() = default;
+  int Submit();
+
+  int broken_ = 0;  // -errno of the failure that broke the ring
+  int fail_submit_rc_ = 0;
+  uint32_t fail_submits_ = 0;
+  uint32_t pass_submits_ = 0;
   io_uring ring_{};
   bool ring_ready_ = false;
   uint32_t depth_ = 0;
