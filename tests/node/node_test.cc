@@ -461,6 +461,10 @@ TEST_F(NodeTest, TenantsAreIsolated) {
   EXPECT_TRUE(call_inspect(kTokenAdminA.token, "").ok());
   EXPECT_EQ(call_inspect(kTokenAdminB.token, "").code(), StatusCode::kNotFound);
   EXPECT_EQ(call_inspect(kTokenAdminB.token, "tenant-a").code(), StatusCode::kPermissionDenied);
+  // A name too long to echo back is refused as such (1 MiB: it would not fit
+  // in the reply's trailers).
+  EXPECT_EQ(call_inspect(kTokenAdminB.token, std::string(1 << 20, 'n')).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(call_inspect(kTokenA.token, "").code(), StatusCode::kPermissionDenied);  // not admin
   EXPECT_TRUE(call_inspect(kTokenOperator.token, "tenant-a").ok());
   EXPECT_EQ(call_inspect(kTokenOperator.token, "").code(), StatusCode::kInvalidArgument);

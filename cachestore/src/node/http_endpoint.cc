@@ -2,7 +2,11 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <charconv>
+#include <chrono>
+#include <memory>
+#include <thread>
 
 namespace strata {
 
@@ -34,7 +38,17 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   ep->port_ = port == 0 ? ep->server_->bind_to_any_port(host)
                         : (ep->server_->bind_to_port(host, port) ? port : -1);
   if (ep->port_ <= 0) return Unavailable("cannot listen for HTTP on " + listen);
-  ep->thread_ = std::thread([server = ep->server_.get()] { server->listen_after_bind(); });
+  auto exited = std::make_shared<std::atomic<bool>>(false);  // the thread outlives Start
+  ep->thread_ = std::thread([server = ep->server_.get(), exited] {
+    (void)server->listen_after_bind();
+    *exited = true;
+  });
+  // stop() does nothing until the listener is running (cpp-httplib 0.11),
+  // so a Stop right after Start would wait forever on the join: return once
+  // it runs (or has given up).
+  for (int i = 0; i < 5000 && !ep->server_->is_running() && !exited->load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return ep;
 }
 

@@ -57,9 +57,33 @@ Result<std::unique_ptr<cluster::NodeRegistration>> StartRegistration(const NodeC
 }  // namespace
 
 struct Node::Impl {
+  // Also the teardown of a Start that failed half way.
+  ~Impl() {
+    registration.reset();
+    http.reset();
+    server.reset();
+    admin_service.reset();
+    store_service.reset();
+    // Whoever owns the arena goes last. The store ends every lease and
+    // drains its SSD write-back, reading the arena; the data plane's
+    // transfers read and write it until the data plane is gone. A
+    // data-plane callback in flight keeps its own reference to the store
+    // until it returns.
+    if (data_plane_owns_region) {
+      state.SetStore(nullptr);
+      state.data_plane = nullptr;
+      data_plane.reset();
+    } else {
+      state.data_plane = nullptr;
+      data_plane.reset();
+      state.SetStore(nullptr);
+    }
+  }
+
   NodeConfig config;
   NodeState state;
   std::unique_ptr<dataplane::DataPlaneServer> data_plane;
+  bool data_plane_owns_region = false;  // all modes but active messages only
   std::unique_ptr<CacheStoreService> store_service;
   std::unique_ptr<AdminService> admin_service;
   std::unique_ptr<grpc::Server> server;
@@ -115,6 +139,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
     auto dp = dataplane::DataPlaneServer::StartWithOwnRegion(config.dram_bytes, access, dp_options);
     if (!dp.ok()) return Unavailable("data plane: " + dp.status().message());
     impl->data_plane = std::move(dp).value();
+    impl->data_plane_owns_region = true;
     region = impl->data_plane->region();
   }
 
@@ -179,6 +204,15 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   }
   impl->store_service = std::make_unique<CacheStoreService>(st);
   impl->admin_service = std::make_unique<AdminService>(st);
+  // The id is set before the server starts, so no call ever reads it half
+  // written; with port 0 it needs the port picked, and nobody can call a
+  // port that has not been reported yet.
+  const std::string listen_port = config.listen.substr(config.listen.rfind(':') + 1);
+  if (!config.node_id.empty()) {
+    st.node_id = config.node_id;
+  } else if (listen_port != "0") {
+    st.node_id = HostName() + ":" + listen_port;
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, creds, &impl->grpc_port);
   builder.RegisterService(impl->store_service.get());
@@ -188,8 +222,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   if (impl->server == nullptr || impl->grpc_port == 0) {
     return Unavailable("cannot listen on " + config.listen + " (in use, or a bad address?)");
   }
-  st.node_id =
-      config.node_id.empty() ? HostName() + ":" + std::to_string(impl->grpc_port) : config.node_id;
+  if (st.node_id.empty()) st.node_id = HostName() + ":" + std::to_string(impl->grpc_port);
 
   if (!config.http_listen.empty()) {
     NodeState* s = &st;
@@ -221,15 +254,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   return std::unique_ptr<Node>(new Node(std::move(impl)));
 }
 
-Node::~Node() {
-  Shutdown();
-  // The store goes first (it ends every lease and reservation): the arena
-  // may be the data plane's memory. A data-plane callback in flight keeps
-  // its own reference until it returns.
-  impl_->state.SetStore(nullptr);
-  impl_->state.data_plane = nullptr;
-  impl_->data_plane.reset();
-}
+Node::~Node() { Shutdown(); }  // then ~Impl, in the order it needs
 
 void Node::Shutdown() {
   Impl& n = *impl_;

@@ -48,6 +48,9 @@ Result<Principal> AdminTarget(const Principal& caller, const std::string& reques
     return Principal{requested, Role::kAdmin};
   }
   if (!requested.empty() && requested != caller.ns) {
+    // Checked first: an oversized name echoed into the error would not fit
+    // in the reply's trailers.
+    if (Status st = ValidateNamespace(requested); !st.ok()) return st;
     return PermissionDenied("token of namespace '" + caller.ns + "' may not act on namespace '" +
                             requested + "'");
   }
@@ -95,12 +98,22 @@ uint64_t SessionTable::Open(const Principal& principal) {
   uint64_t id = 0;
   while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
   std::lock_guard lock(mu_);
-  if (sessions_.emplace(id, principal).second) order_.push_back(id);
-  while (order_.size() > capacity_) {
-    sessions_.erase(order_.front());
-    order_.pop_front();
+  std::deque<uint64_t>& tenant = by_tenant_[principal.ns];
+  if (sessions_.emplace(id, principal).second) tenant.push_back(id);
+  if (tenant.size() > per_tenant_) DropOldestLocked(tenant);
+  while (sessions_.size() > capacity_) {
+    auto most = by_tenant_.begin();
+    for (auto it = by_tenant_.begin(); it != by_tenant_.end(); ++it) {
+      if (it->second.size() > most->second.size()) most = it;
+    }
+    DropOldestLocked(most->second);
   }
   return id;
+}
+
+void SessionTable::DropOldestLocked(std::deque<uint64_t>& tenant) {
+  sessions_.erase(tenant.front());
+  tenant.pop_front();
 }
 
 std::optional<Principal> SessionTable::Find(uint64_t session) const {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,18 +28,26 @@ class DataPlaneServer;
 // Data-plane sessions: which principal a session id handed out by Hello
 // stands for. Bounded: the oldest sessions are forgotten first (a client
 // whose session went away says Hello again).
+// Data-plane sessions (Hello). Bounded per tenant (namespace) and in all:
+// a tenant that opens too many loses its own oldest ones, and at the global
+// bound the tenant holding the most does, so no tenant's Hello loop can push
+// the others' sessions out.
 class SessionTable {
  public:
-  explicit SessionTable(size_t capacity = 65536) : capacity_(capacity) {}
+  explicit SessionTable(size_t per_tenant = 4096, size_t capacity = 65536)
+      : per_tenant_(per_tenant), capacity_(capacity) {}
   uint64_t Open(const Principal& principal);
   std::optional<Principal> Find(uint64_t session) const;
   size_t size() const;
 
  private:
+  void DropOldestLocked(std::deque<uint64_t>& tenant);
+
   mutable std::mutex mu_;
-  size_t capacity_;
+  const size_t per_tenant_;
+  const size_t capacity_;
   std::unordered_map<uint64_t, Principal> sessions_;
-  std::deque<uint64_t> order_;
+  std::map<std::string, std::deque<uint64_t>> by_tenant_;  // oldest first
 };
 
 // What the services share; owned by the Node.
