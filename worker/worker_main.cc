@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "strata/chain_key.h"
 #include "strata/client.h"
 #include "strata/worker/engine.h"
 #include "strata/worker/model.h"
@@ -59,7 +60,11 @@ int main(int argc, char** argv) {
     eo.weights_revision = "random-seed-" + std::to_string(random_seed);
   } else {
     model = LoadModel(model_path);
-    if (model.ok()) eo.weights_revision = "file:" + model_path;
+    if (model.ok()) {
+      strata::Result<std::string> revision = strata::WeightsRevisionOfFile(model_path);
+      if (!revision.ok()) return Fail(revision.status());
+      eo.weights_revision = *revision;
+    }
   }
   if (!model.ok()) return Fail(model.status());
   strata::Result<std::vector<WorkloadItem>> items = ReadWorkloadFile(workload_path);
@@ -74,12 +79,14 @@ int main(int argc, char** argv) {
   strata::Result<std::vector<WorkloadResult>> results = RunWorkload(**engine, *items);
   if (!results.ok()) return Fail(results.status());
 
-  uint64_t prompt = 0, hit = 0;
+  uint64_t prompt = 0, hit = 0, store_errors = 0, store_skipped = 0;
   double cold_ttft = 0, warm_ttft = 0;
   int cold_n = 0, warm_n = 0;
   for (const WorkloadResult& r : *results) {
     prompt += r.stats.prompt_tokens;
     hit += r.stats.hit_tokens;
+    store_errors += r.stats.store_errors;
+    store_skipped += r.stats.store_skipped;
     if (r.turn >= 2) {
       warm_ttft += r.stats.ttft_s;
       ++warm_n;
@@ -107,8 +114,11 @@ int main(int argc, char** argv) {
           static_cast<unsigned long>(r.stats.recomputed_tokens), r.output.size(),
           r.stats.ttft_s * 1e3);
     }
-    std::printf("],\"hit_ratio\":%.4f,\"ttft_cold_ms\":%.3f,\"ttft_warm_ms\":%.3f}\n", hit_ratio,
-                cold_ms, warm_ms);
+    std::printf(
+        "],\"hit_ratio\":%.4f,\"ttft_cold_ms\":%.3f,\"ttft_warm_ms\":%.3f,\"store_errors\":%lu,"
+        "\"store_skipped\":%lu}\n",
+        hit_ratio, cold_ms, warm_ms, static_cast<unsigned long>(store_errors),
+        static_cast<unsigned long>(store_skipped));
     return 0;
   }
   std::printf("%-5s %-6s %-4s %8s %8s %4s %8s %8s %10s %9s\n", "item", "conv", "turn", "prompt",
@@ -128,5 +138,10 @@ int main(int argc, char** argv) {
   std::printf("TTFT warm turns (turn >= 2):            %.2f ms mean over %d", warm_ms, warm_n);
   if (warm_n && cold_ms > 0) std::printf("  (%.2fx of cold)", warm_ms / cold_ms);
   std::printf("\n");
+  if (store_errors + store_skipped > 0) {
+    std::printf("store: %lu failed calls, %lu skipped while it was out of reach (computed)\n",
+                static_cast<unsigned long>(store_errors),
+                static_cast<unsigned long>(store_skipped));
+  }
   return 0;
 }

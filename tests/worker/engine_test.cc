@@ -129,14 +129,37 @@ TEST(EngineTest, SwaMissReplaysTheEncoderAndMatchesTheMaskedReference) {
   ExpectStoreQuiet(cache_b);
 }
 
-// A Store that forwards to a real in-process store and injects faults.
-class FaultyStore final : public Store {
+// Forwards every call to a real store; the fault injectors below override
+// the calls they break.
+class ForwardingStore : public Store {
  public:
-  enum class Fault { kNone, kFetchCutAfterBlock1, kFetchDeadline, kCommitExhausted };
-  FaultyStore(Store& inner, Fault fault) : inner_(inner), fault_(fault) {}
-
+  explicit ForwardingStore(Store& inner) : inner_(inner) {}
   Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
   Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
+  FetchFuture Fetch(const FetchRequest& r) override { return inner_.Fetch(r); }
+  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
+                              Nanos ttl) override {
+    return inner_.Reserve(m, b, ttl);
+  }
+  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
+    return inner_.Publish(l, c);
+  }
+  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
+    return inner_.Commit(m, p);
+  }
+  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
+  Status Abort(LeaseId l) override { return inner_.Abort(l); }
+
+ protected:
+  Store& inner_;
+};
+
+// A Store that forwards to a real in-process store and injects faults.
+class FaultyStore final : public ForwardingStore {
+ public:
+  enum class Fault { kNone, kFetchCutAfterBlock1, kFetchDeadline, kCommitExhausted };
+  FaultyStore(Store& inner, Fault fault) : ForwardingStore(inner), fault_(fault) {}
+
   FetchFuture Fetch(const FetchRequest& r) override {
     ++fetches;
     if (fault_ == Fault::kFetchDeadline) {
@@ -161,9 +184,6 @@ class FaultyStore final : public Store {
     if (fault_ == Fault::kCommitExhausted) return ResourceExhausted("injected: store full");
     return inner_.Reserve(m, b, ttl);
   }
-  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
-    return inner_.Publish(l, c);
-  }
   Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
     if (fault_ == Fault::kCommitExhausted) {
       ++failed_commits;
@@ -171,14 +191,11 @@ class FaultyStore final : public Store {
     }
     return inner_.Commit(m, p);
   }
-  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
-  Status Abort(LeaseId l) override { return inner_.Abort(l); }
 
   std::atomic<int> fetches{0};
   std::atomic<int> failed_commits{0};
 
  private:
-  Store& inner_;
   Fault fault_;
 };
 
@@ -234,36 +251,99 @@ TEST_F(StoreFaultTest, CommitResourceExhaustedLosesNothing) {
   ExpectStoreQuiet(fresh);
 }
 
+// A store that is out of reach (every call UNAVAILABLE) until told
+// otherwise; then it forwards to a real one. Counts the calls it gets.
+class ReachableWhenToldStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  Result<MatchResult> Match(const MatchRequest& r) override {
+    ++calls;
+    if (!reachable) return Unavailable("injected: no route to the node");
+    return inner_.Match(r);
+  }
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override {
+    ++calls;
+    if (!reachable) return Unavailable("injected: no route to the node");
+    return inner_.MatchKeys(r);
+  }
+  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
+    ++calls;
+    if (!reachable) return DeadlineExceeded("injected: the node did not answer");
+    return inner_.Commit(m, p);
+  }
+
+  bool reachable = false;
+  int calls = 0;
+};
+
+// An unreachable store costs one call, not one per block: the engine backs
+// off (doubling while the probes fail), computes everything meanwhile, and
+// uses the store again once a probe gets an answer.
+TEST(StoreHealthTest, UnreachableStoreIsLeftAloneForABackOffThatDoubles) {
+  auto cache = NewCacheStore();
+  auto inner = Attach(cache);
+  ReachableWhenToldStore store(*inner);
+  ManualClock clock;
+  EngineOptions o = Options(&store);
+  o.store_clock = &clock;
+  o.store_backoff = Seconds(1);
+  o.store_max_backoff = Seconds(8);
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  const RunResult cold = RunOne(Options(nullptr), Turn2());
+  uint64_t next_id = 1;
+  auto run = [&] {
+    Request r;
+    r.id = next_id++;
+    r.prompt = Turn2();
+    r.max_new_tokens = 6;
+    EXPECT_TRUE((*engine)->AddRequest(r).ok());
+    RunResult out;
+    for (StepOutput& s : (*engine)->Drain()) {
+      out.tokens.insert(out.tokens.end(), s.new_tokens.begin(), s.new_tokens.end());
+      for (auto& l : s.logits) out.logits.push_back(std::move(l));
+      if (s.finished) out.stats = s.stats;
+    }
+    return out;
+  };
+  RunResult r = run();  // the match fails: back off 1 s, no commit tried
+  ExpectIdentical(cold, r);
+  EXPECT_EQ(store.calls, 1);
+  EXPECT_GT(r.stats.store_skipped, 0u);
+  EXPECT_EQ(r.stats.committed_blocks, 0u);
+  (void)run();  // still backing off: not even a match
+  EXPECT_EQ(store.calls, 1);
+  clock.Advance(Seconds(1));
+  (void)run();  // the probe fails: back off 2 s
+  EXPECT_EQ(store.calls, 2);
+  clock.Advance(Seconds(1));
+  (void)run();
+  EXPECT_EQ(store.calls, 2);
+  clock.Advance(Seconds(1));
+  store.reachable = true;
+  r = run();  // the probe gets an answer: the store is used again
+  ExpectIdentical(cold, r);
+  EXPECT_GT(store.calls, 3);
+  EXPECT_EQ(r.stats.store_skipped, 0u);
+  EXPECT_GT(r.stats.committed_blocks, 0u);
+  ExpectStoreQuiet(cache);
+}
+
 // The real thing: a strata-node process holding turn 1, killed (SIGKILL)
 // the moment turn 2's fetch starts. Active messages only, so every byte
 // needs the node (an RMA mapping would outlive it on this host).
-class NodeKillingStore final : public Store {
+class NodeKillingStore final : public ForwardingStore {
  public:
   NodeKillingStore(Store& inner, ::strata::testing::NodeProcess& node)
-      : inner_(inner), node_(node) {}
-  Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
-  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
+      : ForwardingStore(inner), node_(node) {}
   FetchFuture Fetch(const FetchRequest& r) override {
     node_.Kill();
     killed = true;
     return inner_.Fetch(r);
   }
-  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
-                              Nanos ttl) override {
-    return inner_.Reserve(m, b, ttl);
-  }
-  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
-    return inner_.Publish(l, c);
-  }
-  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
-    return inner_.Commit(m, p);
-  }
-  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
-  Status Abort(LeaseId l) override { return inner_.Abort(l); }
   bool killed = false;
 
  private:
-  Store& inner_;
   ::strata::testing::NodeProcess& node_;
 };
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "kv_transfer.h"
+#include "store_health.h"
 #include "strata/kernels/formats.h"
 #include "strata/worker/tokenizer.h"
 
@@ -89,6 +90,9 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
                                ? options_.kernel_threads
                                : std::max(1u, std::thread::hardware_concurrency());
   if (threads > 1) kernel_pool_ = std::make_unique<TaskPool>(threads - 1);
+  store_health_ = std::make_unique<StoreHealth>(
+      options_.store_clock != nullptr ? *options_.store_clock : clock_, options_.store_backoff,
+      options_.store_max_backoff);
   ModelFingerprint fp;
   fp.weights_revision = options_.weights_revision;
   fp.tokenizer_version = ByteTokenizer::kVersion;
@@ -161,6 +165,10 @@ void Engine::Admit(Sequence& seq) {
   const size_t wanted =
       std::min<size_t>(seq.keys.size() - 1, static_cast<size_t>(seq.state.decoder_start / bt));
   if (!seq.use_store || !options_.use_store_reads || wanted == 0) return;
+  if (!store_health_->Usable()) {
+    ++seq.stats.store_skipped;
+    return;
+  }
   MatchKeysRequest mr;
   mr.model_id = model_id_;
   mr.root = seq.keys[0];
@@ -170,6 +178,7 @@ void Engine::Admit(Sequence& seq) {
   mr.take_lease = true;
   mr.lease_ttl = options_.lease_ttl;
   Result<MatchResult> match = options_.store->MatchKeys(mr);
+  store_health_->Record(match.status());
   if (!match.ok()) {
     ++seq.stats.store_errors;
     return;
@@ -315,6 +324,10 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
                                        std::span<const uint32_t>(seq.tokens).subspan(i * bt, bt)));
   }
   if (!seq.use_store || block < seq.committed_upto) return;
+  if (!store_health_->Usable()) {
+    ++seq.stats.store_skipped;
+    return;
+  }
   Result<uint32_t> page = pool_.Allocate();
   if (!page.ok()) return;  // no staging page: the block is simply not cached
   std::span<std::byte> payload = pool_.Page(*page).first(global_layout_.PayloadBytes());
@@ -336,6 +349,7 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
     cp.bytes = payload;
     cp.checksum = *checksum;
     Result<PublishResult> r = options_.store->Commit(model_id_, std::span(&cp, 1));
+    store_health_->Record(r.status());
     if (r.ok() && r->blocks.size() == 1 && r->blocks[0].ok()) {
       ++seq.stats.committed_blocks;
       seq.committed_upto = block + 1;
@@ -352,6 +366,10 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
   // Only state that descends from an exact prefix is worth sharing: after
   // an encoder bounded replay the rings are approximate.
   if (seq.state.encoder_replay_start != 0) return;
+  if (!store_health_->Usable()) {
+    ++seq.stats.store_skipped;
+    return;
+  }
   Result<uint32_t> page = pool_.Allocate();
   if (!page.ok()) return;
   std::span<std::byte> payload = pool_.Page(*page).first(swa_layout_.PayloadBytes());
@@ -370,6 +388,7 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
     cp.bytes = payload;
     cp.checksum = *checksum;
     Result<PublishResult> r = options_.store->Commit(model_id_, std::span(&cp, 1));
+    store_health_->Record(r.status());
     if (r.ok() && r->blocks.size() == 1 && r->blocks[0].ok()) {
       ++seq.stats.committed_swa;
     } else {
@@ -481,6 +500,7 @@ std::vector<StepOutput> Engine::Step() {
           std::all_of(seq.group_loaded.begin(), seq.group_loaded.end(), [](bool b) { return b; });
       if (all_loaded) {
         const FetchOutcome out = seq.fetch->Finish();
+        store_health_->Record(out.status);
         failed = out.blocks_ready < seq.fetch_blocks || (seq.fetch_swa && !out.swa_ready);
         if (!failed) ReleaseFetch(seq);
       }

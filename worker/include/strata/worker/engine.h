@@ -33,19 +33,26 @@
 namespace strata::worker {
 
 struct EngineOptions {
-  Store* store = nullptr;                   // null: no cache, every token computed
-  std::string weights_revision;             // feeds the model fingerprint
+  Store* store = nullptr;        // null: no cache, every token computed
+  std::string weights_revision;  // feeds the model fingerprint: WeightsRevisionOfFile for a file
   std::string chain_namespace = "default";  // feeds key[0]; the store separates tenants too
   std::string chain_extra;                  // feeds key[0] (LoRA id, cache salt)
   uint32_t keep_tokens = 140;               // decoder bounded replay
   uint32_t max_batch_tokens = 512;          // prefill tokens per step, over all requests
   uint32_t pool_pages = 256;                // block pool pages (one store block each)
   Nanos lease_ttl = Seconds(30);
-  bool swa_every_block = false;   // commit SWA state at every boundary (more DRAM, exact
-                                  // resumption from any cached prefix)
-  bool use_store_reads = true;    // false: commit only (a cold run that fills the store)
-  bool masked_attention = false;  // the bounded-replay reference kernel
-  bool return_logits = false;     // copy each sampled token's logits into the output
+  // A store found out of reach (UNAVAILABLE, DEADLINE_EXCEEDED) is left
+  // alone, every token computed, for store_backoff, doubling up to
+  // store_max_backoff while it stays so: one slow store must not stall
+  // every request for a client timeout per call.
+  Nanos store_backoff = Seconds(1);
+  Nanos store_max_backoff = Seconds(30);
+  const Clock* store_clock = nullptr;  // for the back-off; null: the steady clock
+  bool swa_every_block = false;        // commit SWA state at every boundary (more DRAM, exact
+                                       // resumption from any cached prefix)
+  bool use_store_reads = true;         // false: commit only (a cold run that fills the store)
+  bool masked_attention = false;       // the bounded-replay reference kernel
+  bool return_logits = false;          // copy each sampled token's logits into the output
   // Threads for the long-context indexer scans, this one included;
   // 0 = one per hardware thread.
   uint32_t kernel_threads = 0;
@@ -69,6 +76,7 @@ struct RequestStats {
   uint64_t committed_blocks = 0;   // GLOBAL_KV blocks published (or already present)
   uint64_t committed_swa = 0;
   uint64_t store_errors = 0;
+  uint64_t store_skipped = 0;  // matches and commits not tried: the store was out of reach
   double ttft_s = 0;
   double total_s = 0;
 };
@@ -91,6 +99,8 @@ struct EngineCounters {
   uint32_t running = 0;
   uint32_t queued = 0;
 };
+
+class StoreHealth;
 
 class Engine {
  public:
@@ -136,6 +146,7 @@ class Engine {
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<uint64_t> order_;  // arrival order
   SteadyClock clock_;
+  std::unique_ptr<StoreHealth> store_health_;
 };
 
 }  // namespace strata::worker

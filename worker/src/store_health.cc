@@ -1,0 +1,17 @@
+#include "store_health.h"
+
+#include <algorithm>
+
+namespace strata::worker {
+
+void StoreHealth::Record(const Status& status) {
+  if (!Unreachable(status)) {
+    backoff_ = 0;
+    retry_at_ = 0;
+    return;
+  }
+  backoff_ = backoff_ == 0 ? initial_ : std::min(max_, 2 * backoff_);
+  retry_at_ = clock_.Now() + backoff_;
+}
+
+}  // namespace strata::worker

@@ -1,0 +1,42 @@
+// Whether the store is worth asking now. A store that cannot be reached, or
+// does not answer in time, would otherwise cost every match and every
+// commit a full client timeout on the engine thread, stalling the whole
+// batch. After such a failure the engine leaves the store alone (no match:
+// every token computed; no commit) for a back-off that doubles while the
+// store stays unreachable; the first call after it is the probe. Any
+// answer, even an error, ends the back-off.
+#pragma once
+
+#include <cstdint>
+
+#include "strata/clock.h"
+#include "strata/status.h"
+
+namespace strata::worker {
+
+class StoreHealth {
+ public:
+  StoreHealth(const Clock& clock, Nanos initial_backoff, Nanos max_backoff)
+      : clock_(clock), initial_(initial_backoff), max_(max_backoff) {}
+
+  // False while backing off.
+  bool Usable() const { return clock_.Now() >= retry_at_; }
+  // The outcome of a store call made while usable.
+  void Record(const Status& status);
+
+  // A failure that says the store is out of reach rather than that it
+  // refused this one call.
+  static bool Unreachable(const Status& status) {
+    return status.code() == StatusCode::kUnavailable ||
+           status.code() == StatusCode::kDeadlineExceeded;
+  }
+
+ private:
+  const Clock& clock_;
+  const Nanos initial_;
+  const Nanos max_;
+  Nanos backoff_ = 0;  // the current one; 0: healthy
+  Nanos retry_at_ = 0;
+};
+
+}  // namespace strata::worker
