@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <future>
 #include <thread>
+#include <utility>
 
 #include "strata/cache_store.h"
 #include "test_util.h"
@@ -284,6 +285,14 @@ TEST_F(SsdStoreTest, WriteBackVerifiesAndDropsBytesThatWentBadInDram) {
   std::promise<void> corrupted;
   std::shared_future<void> go = corrupted.get_future().share();
   store_->SetBeforeWriteBackHookForTesting([go] { go.wait(); });
+  struct Release {  // the write-back thread must never wait forever, even on a failed ASSERT
+    std::promise<void>& p;
+    bool done = false;
+    void Now() {
+      if (!std::exchange(done, true)) p.set_value();
+    }
+    ~Release() { Now(); }
+  } release{corrupted};
   const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 8);
   Commit(tokens);
   const std::vector<ChainKey> keys = Keys(tokens);
@@ -291,7 +300,7 @@ TEST_F(SsdStoreTest, WriteBackVerifiesAndDropsBytesThatWentBadInDram) {
       store_->MutablePayloadForTesting(who_, keys[2], StateKind::kGlobalKv);
   ASSERT_FALSE(bytes.empty());
   bytes[bytes.size() - 5] ^= std::byte{0x40};
-  corrupted.set_value();
+  release.Now();
   store_->FlushWriteBack();
   const StoreStats st = store_->Stats();
   EXPECT_EQ(st.evictions[static_cast<size_t>(EvictReason::kChecksum)], 2u);  // block 2 and 3

@@ -599,26 +599,31 @@ TEST(SsdTierTest, ConcurrentReadersOfOneEntry) {
   EXPECT_EQ(good.load(), 60);
 }
 
-// An index that fails a delete (injected: RocksDB's errors are sticky):
-// the delete fails, the entries it was for stay served (the index still has
-// them) instead of leaking their space, and nothing more is evicted.
-TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsEntries) {
+// An index that fails a delete (injected: RocksDB's errors are sticky). The
+// eviction victims it was for stay served (the index still has them)
+// instead of leaking their space, and nothing more is evicted or written.
+// An entry deleted on purpose stays deleted: never served again.
+TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsVictimsAndItsDeletions) {
   TempDir dir;
-  SsdTierOptions o = Options(dir.path());
+  SsdTierOptions o = Options(dir.path(), 4 * kSsdBlockBytes * 2);  // four 8 KiB entries
+  o.high_watermark = o.low_watermark = 1.0;
   o.before_index_delete_hook = [] { return Unavailable("injected: index write failed"); };
   auto tier = SsdTier::Open(o).value();
   const std::vector<std::byte> p = RandomBytes(8000, 41);
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
-  EXPECT_EQ(tier->Erase(Key(1)).code(), StatusCode::kUnavailable);
-  EXPECT_TRUE(tier->Contains(Key(1)));
+  EXPECT_FALSE(tier->Write({Key(4), p, 1, 1}).ok());  // its eviction fails: no room
   std::vector<std::byte> out(p.size());
-  EXPECT_TRUE(tier->Read({Key(1), out}).ok());
-  EXPECT_EQ(out, p);
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(tier->Read({Key(i), out}).ok()) << i;
+    EXPECT_EQ(out, p);
+  }
   EXPECT_EQ(tier->Stats().entries, 4u);
   EXPECT_EQ(tier->Stats().used_bytes, 4 * SsdIoBytes(p.size()));
   EXPECT_EQ(tier->RunMaintenance(), 0u);
-  // The index is failed for good: writes are refused, reads go on.
-  EXPECT_FALSE(tier->Write({Key(9), p, 1, 1}).ok());
+  EXPECT_FALSE(tier->Write({Key(5), p, 1, 1}).ok());
+  EXPECT_EQ(tier->Erase(Key(1)).code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_EQ(tier->Read({Key(1), out}).code(), StatusCode::kNotFound);
   EXPECT_TRUE(tier->Read({Key(2), out}).ok());
 }
 

@@ -208,9 +208,11 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   // written; with port 0 it needs the port picked, and nobody can call a
   // port that has not been reported yet.
   const std::string listen_port = config.listen.substr(config.listen.rfind(':') + 1);
+  const bool fixed_port = !listen_port.empty() && listen_port != "0" &&
+                          listen_port.find_first_not_of("0123456789") == std::string::npos;
   if (!config.node_id.empty()) {
     st.node_id = config.node_id;
-  } else if (listen_port != "0") {
+  } else if (fixed_port) {
     st.node_id = HostName() + ":" + listen_port;
   }
   grpc::ServerBuilder builder;

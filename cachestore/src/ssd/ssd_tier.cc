@@ -167,6 +167,23 @@ struct SsdTier::Impl {
     return r;
   }
   void ReleaseRing(UringRing* r) {
+    if (r->broken()) {
+      // A broken ring fails every batch it gets: replace it.
+      auto fresh = UringRing::Create(fds, opts.queue_depth, opts.io_buffer_bytes);
+      if (fresh.ok()) {
+        spdlog::warn("ssd: an io_uring ring failed; replaced it");
+        std::lock_guard lock(rings_mu);
+        for (std::unique_ptr<UringRing>& owned : rings) {
+          if (owned.get() != r) continue;
+          owned = std::move(fresh).value();
+          r = owned.get();
+          break;
+        }
+      } else {
+        spdlog::error("ssd: an io_uring ring failed and cannot be replaced: {}",
+                      fresh.status().ToString());
+      }
+    }
     {
       std::lock_guard lock(rings_mu);
       idle_rings.push_back(r);
@@ -342,22 +359,26 @@ struct SsdTier::Impl {
   }
 
   // Deletes retired records from the index durably, then frees what no
-  // reader holds. If the delete fails, the records go back in memory (the
-  // index still has them, their bytes are intact) unless they are `bad`,
-  // and the error is returned.
+  // reader holds. If the delete fails, the error is returned and the index
+  // is failed for good; eviction victims (`restore_on_failure`) go back in
+  // memory (the index still has them, their bytes are intact), anything
+  // deleted on purpose stays out of memory, its extent held until restart.
   Status FinishRetire(const std::vector<std::string>& keys, const std::vector<RecordPtr>& recs,
-                      bool bad = false) {
+                      bool restore_on_failure = false) {
     if (recs.empty()) return Status::Ok();
     const Status injected =
         opts.before_index_delete_hook ? opts.before_index_delete_hook() : Status::Ok();
     std::lock_guard index_lock(index_mu);
     // A key written again since its retire has its own index entry now,
     // which already replaced this one's: it must not be deleted.
+    // (No key can be rewritten while index_mu is held.)
     std::vector<std::string> deletes;
+    std::vector<bool> rewritten(keys.size(), false);
     {
       std::lock_guard lock(mu);
-      for (const std::string& k : keys) {
-        if (!records.contains(k)) deletes.push_back(k);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        rewritten[i] = records.contains(keys[i]);
+        if (!rewritten[i]) deletes.push_back(keys[i]);
       }
     }
     Status st = !injected.ok()        ? injected
@@ -367,18 +388,18 @@ struct SsdTier::Impl {
     if (!st.ok()) index_failed.store(true);  // RocksDB errors are sticky
     std::lock_guard lock(mu);
     if (!st.ok()) {
-      // Still indexed: keep serving them rather than leak their space, and
-      // evict nothing more (no delete can be made durable now).
       spdlog::error("ssd: deleting {} index entries failed: {}", keys.size(), st.ToString());
-      for (size_t i = 0; i < keys.size() && !bad; ++i) {
-        if (records.contains(keys[i])) continue;
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (st.ok() || rewritten[i]) {
+        // Deleted, or its index entry overwritten by the rewrite's.
+        recs[i]->index_gone = true;
+        MaybeFreeLocked(*recs[i]);
+      } else if (restore_on_failure) {
+        // Still indexed: serve them rather than leak their space (and
+        // evict nothing more: MakeRoom stops once the index failed).
         recs[i]->retired = false;
         records.emplace(keys[i], recs[i]);
-      }
-    } else {
-      for (const RecordPtr& r : recs) {
-        r->index_gone = true;
-        MaybeFreeLocked(*r);
       }
     }
     PublishGaugesLocked();
@@ -454,7 +475,7 @@ struct SsdTier::Impl {
       std::lock_guard lock(mu);
       CollectVictimsLocked(clock->Now(), incoming, ttl, &keys, &recs);
     }
-    return FinishRetire(keys, recs).ok() ? recs.size() : 0;
+    return FinishRetire(keys, recs, /*restore_on_failure=*/true).ok() ? recs.size() : 0;
   }
 
   void DisableWrites(const std::string& why) {
@@ -490,7 +511,7 @@ struct SsdTier::Impl {
       keys.push_back(key);
       reason->Increment();
     }
-    (void)FinishRetire(keys, recs, /*bad=*/true);  // out of memory, whatever the index says
+    (void)FinishRetire(keys, recs);  // out of memory, whatever the index says
   }
 
   // Splits one entry's I/O into ops: one direct op, or bounce-sized chunks.
@@ -937,10 +958,11 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
   for (const auto& [k, r] : to_drop) s.Drop(k, r, s.m.evict_checksum);
   if (!access_puts.empty() && !s.index_failed.load()) {
     // Only records still current: one deleted or rewritten since the read
-    // keeps what its delete or rewrite wrote.
-    std::lock_guard index_lock(s.index_mu);
+    // keeps what its delete or rewrite wrote. A hint: never worth waiting
+    // for another batch's synced index write (a promotion is waiting on us).
+    std::unique_lock index_lock(s.index_mu, std::try_to_lock);
     std::vector<std::pair<std::string, SsdEntryMeta>> puts;
-    {
+    if (index_lock.owns_lock()) {
       std::lock_guard lock(s.mu);
       for (const auto& [k, r] : access_puts) {
         auto it = s.records.find(k);
