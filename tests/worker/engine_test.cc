@@ -20,6 +20,7 @@ using testing::Attach;
 using testing::ExpectIdentical;
 using testing::NewCacheStore;
 using testing::Options;
+using testing::RunOn;
 using testing::RunOne;
 using testing::RunResult;
 using testing::TinyModel;
@@ -292,20 +293,7 @@ TEST(StoreHealthTest, UnreachableStoreIsLeftAloneForABackOffThatDoubles) {
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   const RunResult cold = RunOne(Options(nullptr), Turn2());
   uint64_t next_id = 1;
-  auto run = [&] {
-    Request r;
-    r.id = next_id++;
-    r.prompt = Turn2();
-    r.max_new_tokens = 6;
-    EXPECT_TRUE((*engine)->AddRequest(r).ok());
-    RunResult out;
-    for (StepOutput& s : (*engine)->Drain()) {
-      out.tokens.insert(out.tokens.end(), s.new_tokens.begin(), s.new_tokens.end());
-      for (auto& l : s.logits) out.logits.push_back(std::move(l));
-      if (s.finished) out.stats = s.stats;
-    }
-    return out;
-  };
+  auto run = [&] { return RunOn(**engine, next_id++, Turn2()); };
   RunResult r = run();  // the match fails: back off 1 s, no commit tried
   ExpectIdentical(cold, r);
   EXPECT_EQ(store.calls, 1);

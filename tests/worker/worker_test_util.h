@@ -66,21 +66,28 @@ inline EngineOptions Options(Store* store) {
   return o;
 }
 
-inline RunResult RunOne(const EngineOptions& options, const std::vector<uint32_t>& prompt,
-                        uint32_t max_new = 6) {
-  Result<std::unique_ptr<Engine>> engine = Engine::Create(TinyModel(), options);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+// Runs one request (id `id`) on an existing engine until it finishes.
+inline RunResult RunOn(Engine& engine, uint64_t id, const std::vector<uint32_t>& prompt,
+                       uint32_t max_new = 6) {
   Request r;
-  r.id = 1;
+  r.id = id;
   r.prompt = prompt;
   r.max_new_tokens = max_new;
-  EXPECT_TRUE((*engine)->AddRequest(r).ok());
+  EXPECT_TRUE(engine.AddRequest(r).ok());
   RunResult out;
-  for (StepOutput& o : (*engine)->Drain()) {
+  for (StepOutput& o : engine.Drain()) {
     out.tokens.insert(out.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
     for (auto& l : o.logits) out.logits.push_back(std::move(l));
     if (o.finished) out.stats = o.stats;
   }
+  return out;
+}
+
+inline RunResult RunOne(const EngineOptions& options, const std::vector<uint32_t>& prompt,
+                        uint32_t max_new = 6) {
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(TinyModel(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  RunResult out = RunOn(**engine, 1, prompt, max_new);
   const EngineCounters c = (*engine)->Counters();
   EXPECT_EQ(c.pool_pages_used, 0u);
   EXPECT_EQ(c.live_fetches, 0u);
