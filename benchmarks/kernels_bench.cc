@@ -8,7 +8,8 @@
 //    and an add count 2), vs a peak estimate: the same 8-lane dot product
 //    on L1-resident vectors.
 // CPU numbers are single-threaded (the kernels are). With --gpu, the CUDA
-// kernels against cudaMemcpy device-to-device bandwidth.
+// kernels against cudaMemcpy device-to-device bandwidth and the device's
+// FP32 peak from its attributes (multiprocessors x lanes x clock x 2).
 #include "kernels_bench.h"
 
 #include <algorithm>
@@ -86,7 +87,7 @@ volatile float g_sink;
 
 int Print(const KernelsBenchOptions& o, const std::string& title, const std::string& device,
           double copy_gbps, const std::string& copy_note, double peak_gflops,
-          const std::vector<Row>& rows) {
+          const std::string& peak_note, const std::vector<Row>& rows) {
   if (o.json) {
     JsonObject j;
     j.Add("device", device);
@@ -101,10 +102,7 @@ int Print(const KernelsBenchOptions& o, const std::string& title, const std::str
   }
   Table t;
   t.Add("copy (baseline)", Fixed(copy_gbps, 2) + " GB/s", copy_note);
-  if (peak_gflops > 0) {
-    t.Add("dot in L1 (peak estimate)", Fixed(peak_gflops, 2) + " GFLOP/s",
-          "8-lane dot, 1,024 floats, cache-resident");
-  }
+  if (peak_gflops > 0) t.Add("FP32 peak estimate", Fixed(peak_gflops, 2) + " GFLOP/s", peak_note);
   for (const Row& r : rows) {
     const double base = r.flops && peak_gflops > 0 ? peak_gflops : copy_gbps;
     t.Add(r.name, Fixed(r.value, 2) + (r.flops ? " GFLOP/s" : " GB/s"),
@@ -293,7 +291,8 @@ int RunCpu(const KernelsBenchOptions& o) {
                     false, "256 blocks x 227,840 B, 3 layer groups"});
   }
   return Print(o, "strata-bench kernels: CPU kernels, one thread", "cpu", copy_gbps,
-               "memcpy of 64 MiB, read + write traffic", peak, rows);
+               "memcpy of 64 MiB, read + write traffic", peak,
+               "8-lane dot in L1, 1,024 floats, cache-resident", rows);
 }
 
 #if STRATA_KERNELS_HAVE_CUDA
@@ -451,7 +450,8 @@ int RunGpu(const KernelsBenchOptions& o) {
                     2.0 * blocks * 227840 / ms / 1e6, false, "512 blocks x 227,840 B"});
   }
   return Print(o, "strata-bench kernels --gpu: CUDA kernels", k::cuda::DeviceName(), copy_gbps,
-               "cudaMemcpy device-to-device of 512 MiB, read + write traffic", 0, rows);
+               "cudaMemcpy device-to-device of 512 MiB, read + write traffic",
+               k::cuda::PeakFp32Gflops(), "multiprocessors x FP32 lanes x boost clock x 2", rows);
 }
 #endif
 

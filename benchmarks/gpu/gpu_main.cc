@@ -2,7 +2,8 @@
 // Runs the CUDA-vs-CPU checks (tests/kernels/cuda_checks.h), then the CUDA
 // kernel timings of `strata-bench kernels --gpu`. Needs only the CUDA
 // toolkit and a C++20 compiler, so a bare GPU machine can build it.
-//   strata-gpu-check [--json] [--skip-checks]
+//   strata-gpu-check [--json] [--skip-checks | --checks-only]
+// --checks-only runs the checks alone (e.g. under compute-sanitizer).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -11,14 +12,16 @@
 #include "kernels_bench.h"
 
 int main(int argc, char** argv) {
-  bool json = false, checks = true;
+  bool json = false, checks = true, bench = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0)
       json = true;
     else if (std::strcmp(argv[i], "--skip-checks") == 0)
       checks = false;
+    else if (std::strcmp(argv[i], "--checks-only") == 0)
+      bench = false;
     else {
-      std::fprintf(stderr, "usage: %s [--json] [--skip-checks]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json] [--skip-checks | --checks-only]\n", argv[0]);
       return 2;
     }
   }
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  if (!bench) return failed ? 1 : 0;
   strata::bench::KernelsBenchOptions o;
   o.gpu = true;
   o.json = json;

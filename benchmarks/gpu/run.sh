@@ -25,7 +25,7 @@ if command -v nvidia-smi > /dev/null; then
 fi
 ARCH="${CUDA_ARCH:-}"
 if [[ -z "$ARCH" ]]; then
-  ARCH="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1 | tr -d ' .')"
+  ARCH="$( (nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null || true) | head -1 | tr -d ' .')"
   ARCH="${ARCH:-90}"
 fi
 echo "building for sm_$ARCH in $BUILD"

@@ -39,7 +39,8 @@ void QuantizeEntry(const BlockFormat& fmt, const float* x, uint8_t* out) {
       }
     } else {
       scales[g] = scale;
-      for (uint32_t i = 0; i < fmt.group; ++i) out[g * fmt.group + i] = EncodeE4m3(xg[i] * inv);
+      for (uint32_t i = 0; i < fmt.group; ++i)
+        out[g * fmt.group + i] = EncodeE4m3Scaled(xg[i], inv);
     }
   }
 }
@@ -64,12 +65,16 @@ void DequantizeEntry(const BlockFormat& fmt, const uint8_t* in, float* x) {
   for (uint32_t g = 0; g < fmt.ScaleBytes(); ++g) {
     const float s = DecodeE8m0(scales[g]);
     const uint32_t first = g * fmt.group;
-    if (fmt.element == Element::kE2m1) {
+    if (scales[g] == kE8m0Nan) {
+      // Written, not computed: the hardware's NaN propagation must not choose the bits.
+      for (uint32_t v = first; v < first + fmt.group; ++v) x[v] = BitsToFloat(kCanonicalNanBits);
+    } else if (fmt.element == Element::kE2m1) {
       for (uint32_t v = first; v < first + fmt.group; v += 2) {
         x[v] = kTables.e2m1[in[v / 2] & 15] * s;
         x[v + 1] = kTables.e2m1[in[v / 2] >> 4] * s;
       }
     } else {
+      // A NaN code's table value is the canonical NaN; times a finite scale it stays that NaN.
       for (uint32_t v = first; v < first + fmt.group; ++v) x[v] = kTables.e4m3[in[v]] * s;
     }
   }

@@ -51,12 +51,23 @@ inline std::string Near(const std::string& what, const std::vector<float>& got,
 }
 
 inline std::string Same(const std::string& what, const void* got, const void* want, size_t bytes) {
-  return std::memcmp(got, want, bytes) == 0 ? "" : what + ": CUDA and CPU bytes differ";
+  const auto* g = static_cast<const uint8_t*>(got);
+  const auto* w = static_cast<const uint8_t*>(want);
+  for (size_t i = 0; i < bytes; ++i) {
+    if (g[i] != w[i]) {
+      return what + ": CUDA and CPU bytes differ, first at byte " + std::to_string(i) + " of " +
+             std::to_string(bytes) + " (" + std::to_string(g[i]) + " vs " + std::to_string(w[i]) +
+             ")";
+    }
+  }
+  return "";
 }
 
 // Quantize and dequantize, all three formats, with Inf and NaN: bit-exact.
+// The two 24-value formats (groups of 6) take the CUDA kernels' generic path.
 inline std::string CheckFormats() {
-  for (const BlockFormat& fmt : {kMainKv, kIndexerKey, kSwaFp8}) {
+  for (const BlockFormat& fmt : {kMainKv, kIndexerKey, kSwaFp8, BlockFormat{Element::kE2m1, 24, 6},
+                                 BlockFormat{Element::kE4m3, 24, 6}}) {
     const size_t rows = 33;
     std::vector<float> x = RandomFloats(rows * fmt.values, 100 + fmt.values);
     for (size_t i = 0; i < x.size(); ++i) {
@@ -64,19 +75,24 @@ inline std::string CheckFormats() {
     }
     x[5] = std::numeric_limits<float>::infinity();
     x[fmt.values + 3] = std::numeric_limits<float>::quiet_NaN();
+    x[2 * fmt.values + 6] = -std::numeric_limits<float>::quiet_NaN();
     std::vector<uint8_t> cpu(rows * fmt.Bytes());
     Quantize(fmt, x.data(), rows, cpu.data());
     DeviceArray<float> dx(x.data(), x.size());
     DeviceArray<uint8_t> dq(cpu.size());
     cuda::Quantize(fmt, dx.get(), rows, dq.get());
     const std::vector<uint8_t> gpu = ToHost(dq);
-    if (auto e = Same("quantize", gpu.data(), cpu.data(), cpu.size()); !e.empty()) return e;
+    const std::string name = std::to_string(fmt.values) + "/" + std::to_string(fmt.group);
+    if (auto e = Same("quantize " + name, gpu.data(), cpu.data(), cpu.size()); !e.empty()) {
+      return e;
+    }
     std::vector<float> back(x.size());
     Dequantize(fmt, cpu.data(), rows, back.data());
     DeviceArray<float> dback(x.size());
     cuda::Dequantize(fmt, dq.get(), rows, dback.get());
     const std::vector<float> gpu_back = ToHost(dback);
-    if (auto e = Same("dequantize", gpu_back.data(), back.data(), back.size() * 4); !e.empty()) {
+    if (auto e = Same("dequantize " + name, gpu_back.data(), back.data(), back.size() * 4);
+        !e.empty()) {
       return e;
     }
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -237,6 +238,40 @@ TEST(FormatsTest, InfSaturatesAndNanIsNeverANumber) {
   EXPECT_EQ(w[1], 3.5f);  // amax 2 -> scale 2^-7; Inf -> 448 * 2^-7
   EXPECT_TRUE(std::isnan(w[2]));
   EXPECT_EQ(w[3], 2.0f);
+}
+
+// Every NaN dequantizes to the same bits (what lets CUDA match the CPU
+// bit for bit), whatever the NaN's sign or payload.
+TEST(FormatsTest, EveryNanDequantizesToTheCanonicalNan) {
+  auto bits = [](float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    return b;
+  };
+  for (const BlockFormat& fmt : {kMainKv, kIndexerKey, kSwaFp8}) {
+    std::vector<float> x(fmt.values, -0.75f);
+    x[1] = -kNan;
+    x[fmt.group + 2] = kNan;
+    const std::vector<float> y = RoundTrip(fmt, x);
+    const bool fp4 = fmt.element == Element::kE2m1;
+    for (uint32_t i = 0; i < 2 * fmt.group; ++i) {
+      const bool nan = fp4 || i == 1 || i == fmt.group + 2;
+      if (nan) {
+        EXPECT_EQ(bits(y[i]), 0x7fc00000u) << i;
+      } else {
+        EXPECT_EQ(y[i], -0.75f) << i;
+      }
+    }
+    EXPECT_EQ(y[2 * fmt.group], -0.75f);
+  }
+  // e4m3 keeps a NaN's sign in its code (whatever scaling does to NaNs).
+  std::vector<float> x(kSwaFp8.values, 1.0f);
+  x[1] = -kNan;
+  x[2] = kNan;
+  std::vector<uint8_t> q(kSwaFp8.Bytes());
+  Quantize(kSwaFp8, x.data(), 1, q.data());
+  EXPECT_EQ(q[1], 0xff);
+  EXPECT_EQ(q[2], 0x7f);
 }
 
 TEST(FormatsTest, RowsAreIndependent) {

@@ -32,6 +32,9 @@ using Stream = CUstream_st*;
 // True when a CUDA device can be used; otherwise `why` says why not.
 bool DeviceAvailable(std::string* why);
 std::string DeviceName();
+// FP32 FMA peak of device 0 from its attributes (multiprocessors x lanes x
+// boost clock x 2): the benchmarks' ceiling for arithmetic-bound kernels.
+double PeakFp32Gflops();
 
 // Plumbing for tests and benchmarks. CUDA errors abort with a message: a
 // failed allocation or copy here is an environment problem, not a result.

@@ -25,6 +25,8 @@
 //     decode as NaN (the NaN's own code is stored as 0) — a NaN is never
 //     silently turned into a number.
 // Dequantization is exact: element value times 2^k, both representable.
+// Every NaN dequantizes to the one quiet NaN 0x7fc00000 (CPU and CUDA alike),
+// so dequantized buffers compare bit for bit.
 //
 // Error bound (tested): for every finite x in a group with scale s,
 //   e2m1: |x - q| <= max(|x| / 4, s / 4)     (1 mantissa bit, quantum s/2)

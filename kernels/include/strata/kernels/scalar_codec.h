@@ -33,6 +33,9 @@ constexpr float kE2m1Max = 6.0f;
 constexpr float kE4m3Max = 448.0f;
 constexpr uint8_t kE8m0Nan = 0xff;
 constexpr uint8_t kE4m3Nan = 0x7f;
+// Every NaN a decoder produces is this one (positive quiet NaN), so CPU and
+// CUDA dequantize to the same bits (CUDA arithmetic yields 0x7fffffff).
+constexpr uint32_t kCanonicalNanBits = 0x7fc00000u;
 
 // Float <-> bits, on host and device.
 STRATA_HD float BitsToFloat(uint32_t bits) {
@@ -75,7 +78,7 @@ STRATA_HD int BinaryExponent(float x) {
 
 // 2^(e-127); NaN for 0xff.
 STRATA_HD float DecodeE8m0(uint8_t e) {
-  if (e == kE8m0Nan) return BitsToFloat(0x7fc00000u);
+  if (e == kE8m0Nan) return BitsToFloat(kCanonicalNanBits);
   return Pow2(static_cast<int>(e) - 127);
 }
 
@@ -117,7 +120,7 @@ STRATA_HD uint8_t EncodeE2m1(float v) {
 STRATA_HD float DecodeE4m3(uint8_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x80) << 24;
   const uint32_t exp = (bits >> 3) & 15, man = bits & 7;
-  if (exp == 15 && man == 7) return BitsToFloat(sign | 0x7fc00000u);
+  if (exp == 15 && man == 7) return BitsToFloat(kCanonicalNanBits);  // either sign
   if (exp == 0)
     return BitsToFloat(sign | FloatToBits(static_cast<float>(man) * 0.001953125f));  // man * 2^-9
   return BitsToFloat(sign | ((exp - 7 + 127) << 23) | (man << 20));
@@ -141,6 +144,12 @@ STRATA_HD uint8_t EncodeE4m3(float v) {
   // moves into the exponent as it should. Re-bias the exponent 127 -> 7.
   const uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1)) >> 20;
   return sign | static_cast<uint8_t>(r - ((127 - 7) << 3));  // < 448 before, <= 448 after
+}
+
+// EncodeE4m3(v * inv) for a finite inv, with a NaN encoded from v itself: the
+// product's NaN sign is the hardware's choice (x86 keeps it, CUDA does not).
+STRATA_HD uint8_t EncodeE4m3Scaled(float v, float inv) {
+  return EncodeE4m3(IsNan(v) ? v : v * inv);
 }
 
 }  // namespace strata::kernels::codec
