@@ -451,7 +451,9 @@ Result<double> MeasureRaw(const RawUcxOptions& o, const NodeBlobs& node) {
 int ServeDataPlane(const RawUcxOptions& o, int up, int down) {
   std::vector<std::byte> buffer(o.blocks * o.block_bytes, std::byte{0x5a});
   dataplane::Access access;
-  auto allow = [](uint64_t, uint64_t, uint64_t, uint64_t) { return Status::Ok(); };
+  auto allow = [](uint64_t, uint64_t, uint64_t, uint64_t) -> Result<dataplane::TransferHold> {
+    return dataplane::TransferHold();
+  };
   access.authorize_read = allow;
   access.authorize_write = allow;
   auto server = o.ucx_allocated ? dataplane::DataPlaneServer::StartWithOwnRegion(

@@ -129,7 +129,7 @@ TEST(AdminTest, EvictByFilterSparesPinsAndTheirAncestorsAndDefersLeases) {
   std::vector<std::vector<std::byte>> bufs(4, std::vector<std::byte>(1024));
   FetchRequest fetch;
   fetch.match = &*leased;
-  for (auto& buf : bufs) fetch.block_buffers.push_back(buf);
+  for (auto& buf : bufs) fetch.block_buffers.emplace_back(buf);
   EXPECT_EQ(t.store->Fetch(t.writer, fetch).Wait().blocks_ready, 4u);
   ASSERT_TRUE(t.store->Abort(t.writer, leased->lease).ok());
   EXPECT_EQ(t.store->Stats().deleting_entries, 0u);
@@ -147,29 +147,36 @@ TEST(AdminTest, EvictByFilterSparesPinsAndTheirAncestorsAndDefersLeases) {
             StatusCode::kPermissionDenied);
 }
 
+// What the data plane asks: PinLeasedRange, released at once.
+Status Covers(CacheStore& store, const Principal& who, LeaseId lease, uint64_t offset,
+              uint64_t length, bool write) {
+  Result<RangePin> pin = store.PinLeasedRange(who, lease, offset, length, write);
+  if (!pin.ok()) return pin.status();
+  store.ReleaseRangePin(*pin);
+  return Status::Ok();
+}
+
 TEST(AdminTest, LeaseCoverageIsWhatTheDataPlaneChecks) {
   TestStore t;
+  CacheStore& store = *t.store;
   const auto a = Tokens(8, 5);
   ASSERT_TRUE(t.CommitBlocks(a, 0, 2).ok());
   const Principal reader{"tenant-a", Role::kRead};
-  auto m = t.store->Match(reader, t.Request(a, Seconds(5)));
+  auto m = store.Match(reader, t.Request(a, Seconds(5)));
   ASSERT_TRUE(m.ok());
   ASSERT_EQ(m->blocks.size(), 2u);
   const BlockMatch& b1 = m->blocks[1];
   EXPECT_NE(b1.checksum, 0u);
-  EXPECT_TRUE(
-      t.store->CheckLeaseCovers(reader, m->lease, b1.location, b1.payload_bytes, false).ok());
-  EXPECT_TRUE(t.store->CheckLeaseCovers(reader, m->lease, b1.location + 10, 20, false).ok());
-  EXPECT_EQ(
-      t.store->CheckLeaseCovers(reader, m->lease, b1.location, b1.payload_bytes + 1, false).code(),
-      StatusCode::kPermissionDenied);
-  EXPECT_EQ(t.store->CheckLeaseCovers(reader, m->lease, b1.location, 8, true).code(),
+  EXPECT_TRUE(Covers(store, reader, m->lease, b1.location, b1.payload_bytes, false).ok());
+  EXPECT_TRUE(Covers(store, reader, m->lease, b1.location + 10, 20, false).ok());
+  EXPECT_EQ(Covers(store, reader, m->lease, b1.location, b1.payload_bytes + 1, false).code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(Covers(store, reader, m->lease, b1.location, 8, true).code(),
             StatusCode::kPermissionDenied);  // a read lease, and a reader
-  EXPECT_EQ(
-      t.store->CheckLeaseCovers({"tenant-b", Role::kRead}, m->lease, b1.location, 8, false).code(),
-      StatusCode::kNotFound);
+  EXPECT_EQ(Covers(store, {"tenant-b", Role::kRead}, m->lease, b1.location, 8, false).code(),
+            StatusCode::kNotFound);
   // The arena bytes at `location` are the payload.
-  const auto region = t.store->ArenaRegion();
+  const auto region = store.ArenaRegion();
   EXPECT_EQ(Checksum64(region.subspan(b1.location, TinyGlobalLayout().HeaderBytes())), b1.checksum);
 
   // A reservation's buffer is covered for writing under its write lease.
@@ -177,15 +184,103 @@ TEST(AdminTest, LeaseCoverageIsWhatTheDataPlaneChecks) {
   const auto key = t.Keys(fresh, t.writer)[0];
   CommitBlock cb{key, StateKind::kGlobalKv, testing::kTinyGlobalLayout,
                  TinyGlobalLayout().PayloadBytes(), std::nullopt};
-  auto r = t.store->Reserve(t.writer, testing::TestModel(), std::span(&cb, 1));
+  auto r = store.Reserve(t.writer, testing::TestModel(), std::span(&cb, 1));
   ASSERT_TRUE(r.ok());
   const uint64_t at = static_cast<uint64_t>(r->blocks[0].buffer.data() - region.data());
-  EXPECT_TRUE(t.store->CheckLeaseCovers(t.writer, r->write_lease, at, cb.payload_bytes, true).ok());
-  EXPECT_FALSE(t.store->CheckLeaseCovers(t.writer, r->write_lease, at, 8, false).ok());
+  EXPECT_TRUE(Covers(store, t.writer, r->write_lease, at, cb.payload_bytes, true).ok());
+  EXPECT_FALSE(Covers(store, t.writer, r->write_lease, at, 8, false).ok());
 
   t.clock.Advance(Seconds(6));
-  EXPECT_EQ(t.store->CheckLeaseCovers(reader, m->lease, b1.location, 8, false).code(),
+  EXPECT_EQ(Covers(store, reader, m->lease, b1.location, 8, false).code(),
             StatusCode::kLeaseExpired);
+  EXPECT_TRUE(store.CheckInvariantsForTesting().ok());
+}
+
+// Reserves fresh tiny blocks one at a time until the arena is full (at
+// most `n`) and returns their extents: where the store puts new bytes now.
+std::vector<Extent> FreshExtents(TestStore& t, uint32_t seed, size_t n) {
+  const auto keys = t.Keys(Tokens(n * testing::kTinyBlockTokens, seed), t.writer);
+  const auto region = t.store->ArenaRegion();
+  std::vector<Extent> out;
+  std::vector<LeaseId> leases;
+  for (const ChainKey& k : keys) {
+    const CommitBlock cb{k, StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                         TinyGlobalLayout().PayloadBytes(), std::nullopt};
+    auto r = t.store->Reserve(t.writer, testing::TestModel(), std::span(&cb, 1));
+    if (!r.ok()) break;
+    leases.push_back(r->write_lease);
+    const auto buffer = r->blocks[0].buffer;
+    out.push_back({static_cast<uint64_t>(buffer.data() - region.data()), buffer.size()});
+  }
+  for (const LeaseId lease : leases) EXPECT_TRUE(t.store->Abort(t.writer, lease).ok());
+  return out;
+}
+
+bool Overlaps(const std::vector<Extent>& extents, uint64_t offset, uint64_t length) {
+  for (const Extent& e : extents) {
+    if (e.offset < offset + length && offset < e.offset + e.length) return true;
+  }
+  return false;
+}
+
+// A transfer authorized under a lease keeps its entry's bytes even when the
+// lease ends and the entry is evicted meanwhile: nobody else's bytes may
+// move into them (or, for a write, be overwritten by them) until it is over.
+TEST(AdminTest, ATransferPinOutlivesItsLease) {
+  TestStore t(16 * TinyGlobalLayout().PayloadBytes() + 4096, 1.0, 1.0);
+  CacheStore& store = *t.store;
+  const auto a = Tokens(4, 7);
+  ASSERT_TRUE(t.CommitBlocks(a, 0, 1).ok());
+  const Principal reader{"tenant-a", Role::kRead};
+  auto m = store.Match(reader, t.Request(a, Seconds(5)));
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->blocks.size(), 1u);
+  const BlockMatch b = m->blocks[0];
+  Result<RangePin> read_pin =
+      store.PinLeasedRange(reader, m->lease, b.location, b.payload_bytes, false);
+  ASSERT_TRUE(read_pin.ok());
+  const auto region = store.ArenaRegion();
+  const std::vector<std::byte> before(region.begin() + b.location,
+                                      region.begin() + b.location + b.payload_bytes);
+  ASSERT_TRUE(store.Abort(reader, m->lease).ok());
+  EvictRequest evict;
+  auto report = store.Evict(t.writer, evict);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->deferred, 1u);  // invisible now, its bytes still pinned
+  auto gone = store.Match(reader, t.Request(a, Seconds(5)));
+  ASSERT_TRUE(gone.ok());
+  EXPECT_TRUE(gone->blocks.empty());
+  // Fill the whole arena: nothing lands on the pinned bytes.
+  const std::vector<Extent> fresh = FreshExtents(t, 70, 32);
+  EXPECT_GE(fresh.size(), 8u);
+  EXPECT_FALSE(Overlaps(fresh, b.location, b.payload_bytes));
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), region.begin() + b.location));
+  EXPECT_TRUE(store.CheckInvariantsForTesting().ok());
+  store.ReleaseRangePin(*read_pin);
+  EXPECT_EQ(store.Stats().deleting_entries, 0u);  // freed with the last pin
+  EXPECT_TRUE(store.CheckInvariantsForTesting().ok());
+
+  // A write lease that ends while a receive is landing: the reserved entry
+  // turns invisible but keeps its bytes until the receive lets go.
+  const auto key = t.Keys(Tokens(4, 8), t.writer)[0];
+  CommitBlock cb{key, StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                 TinyGlobalLayout().PayloadBytes(), std::nullopt};
+  auto r = store.Reserve(t.writer, testing::TestModel(), std::span(&cb, 1));
+  ASSERT_TRUE(r.ok());
+  const uint64_t at = static_cast<uint64_t>(r->blocks[0].buffer.data() - region.data());
+  Result<RangePin> write_pin =
+      store.PinLeasedRange(t.writer, r->write_lease, at, cb.payload_bytes, true);
+  ASSERT_TRUE(write_pin.ok());
+  t.clock.Advance(Seconds(600));  // the write lease expires
+  (void)store.RunMaintenance();
+  EXPECT_EQ(store.Stats().reserved_entries, 0u);
+  EXPECT_EQ(store.Stats().deleting_entries, 1u);
+  EXPECT_FALSE(Overlaps(FreshExtents(t, 71, 32), at, cb.payload_bytes));
+  EXPECT_TRUE(store.CheckInvariantsForTesting().ok());
+  store.ReleaseRangePin(*write_pin);
+  EXPECT_EQ(store.Stats().deleting_entries, 0u);
+  EXPECT_TRUE(store.CheckInvariantsForTesting().ok());
+  EXPECT_TRUE(Overlaps(FreshExtents(t, 72, 32), at, cb.payload_bytes));  // reusable again
 }
 
 }  // namespace

@@ -72,6 +72,15 @@ Status Authorize(uint64_t session, uint64_t lease, uint64_t offset, uint64_t) {
   return Status::Ok();
 }
 
+// Authorize, with a hold that counts itself out and back in.
+Result<TransferHold> AuthorizeCounted(uint64_t session, uint64_t lease, uint64_t offset,
+                                      uint64_t length, std::atomic<int64_t>* holds_out) {
+  Status st = Authorize(session, lease, offset, length);
+  if (!st.ok()) return st;
+  holds_out->fetch_add(1);
+  return TransferHold([holds_out] { holds_out->fetch_sub(1); });
+}
+
 // A node in this process: random arena (ours, or allocated by UCX), a fixed
 // lease table, a write log.
 struct LocalNode {
@@ -79,6 +88,8 @@ struct LocalNode {
   std::span<std::byte> arena;
   std::mutex mu;
   std::vector<std::array<uint64_t, 4>> writes_done;  // guarded by mu
+  std::atomic<int64_t> holds_out{0};                 // granted and not yet released
+  std::atomic<int64_t> holds_granted{0};
   std::unique_ptr<DataPlaneServer> server;
 
   explicit LocalNode(ServerOptions options = {}, bool own_region = false) {
@@ -88,7 +99,9 @@ struct LocalNode {
     Access access;
     access.authorize_read = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
       std::lock_guard<std::mutex> lock(mu);
-      return Authorize(s, l, o, n);
+      Result<TransferHold> hold = AuthorizeCounted(s, l, o, n, &holds_out);
+      if (hold.ok()) holds_granted.fetch_add(1);
+      return hold;
     };
     access.authorize_write = access.authorize_read;
     access.on_write_done = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
@@ -105,6 +118,14 @@ struct LocalNode {
     EXPECT_EQ(arena.size(), kArenaBytes);
     std::lock_guard<std::mutex> lock(mu);
     if (own_region) std::memcpy(arena.data(), storage.data(), kArenaBytes);
+  }
+  // Every hold came back: UCX finished with every byte it was allowed to
+  // move. A send completes on the node a little after the client saw it.
+  bool HoldsReturned() const {
+    for (int i = 0; i < 5000 && holds_out.load() != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return holds_out.load() == 0;
   }
   std::vector<std::byte> Snapshot() {
     std::lock_guard<std::mutex> lock(mu);
@@ -207,6 +228,8 @@ TEST_P(InProcess, ReadsRandomDataOfManySizes) {
   if (GetParam().mode == Mode::kActiveMessage) {
     EXPECT_EQ(stats.bytes_sent, total);
     EXPECT_EQ(stats.requests, plan.ops.size());
+    EXPECT_EQ(node.holds_granted.load(), static_cast<int64_t>(plan.ops.size()));
+    EXPECT_TRUE(node.HoldsReturned());
   } else {
     EXPECT_EQ(stats.requests, 0u);  // one-sided: the node's CPU saw nothing
   }
@@ -248,6 +271,8 @@ TEST_P(InProcess, WritesLandExactlyAtTheirOffsets) {
   }
   EXPECT_EQ(node.server->stats().bytes_received,
             std::accumulate(std::begin(sizes), std::end(sizes), uint64_t{0}));
+  EXPECT_EQ(node.holds_granted.load(), static_cast<int64_t>(ops.size()));
+  EXPECT_TRUE(node.HoldsReturned());
 }
 
 TEST_P(InProcess, RejectedRequestsReturnTheNodesStatusAndMoveNoBytes) {
@@ -402,6 +427,9 @@ TEST_P(InProcess, GatheredReadsRefuseBadRangesAndTheRestComplete) {
   } else {
     EXPECT_TRUE(results[2].ok()) << results[2].ToString();
   }
+  // The refused op's first range was authorized before its second was
+  // refused: that hold came back too.
+  EXPECT_TRUE(node.HoldsReturned());
 }
 
 TEST_P(InProcess, DeadlineExceededThenTheClientRecovers) {
@@ -646,9 +674,10 @@ int RunChildNode(const char* mode_name, const char* region) {
   std::vector<std::byte> arena = RandomBytes(kArenaBytes, 42);
   static std::mutex mu;  // orders the fill below before any transfer, for TSan
   Access access;
+  static std::atomic<int64_t> holds_out{0};
   access.authorize_read = [](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
     std::lock_guard<std::mutex> lock(mu);
-    return Authorize(s, l, o, n);
+    return AuthorizeCounted(s, l, o, n, &holds_out);
   };
   access.authorize_write = access.authorize_read;
   const bool own = std::string_view(region) == "own";

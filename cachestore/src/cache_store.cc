@@ -626,6 +626,26 @@ struct CacheStore::Impl {
     ForgetUnindexedLocked(e);
   }
 
+  // Erases a reserved entry whose write lease ended or whose commit failed.
+  // A data-plane receive may still pin it (PinLeasedRange): then it turns
+  // kDeleting, invisible, and the last Unpin frees it, so bytes still landing
+  // never land in an entry that reused the extent.
+  void EraseReservedLocked(Entry* e) {
+    {
+      Shard& shard = ShardFor(e->key);
+      std::unique_lock lock(shard.mu);
+      if (e->readers.load() != 0) {
+        e->state.store(EntryState::kDeleting);
+        --reserved_entries;
+        reserved_bytes -= e->extent.length;
+        ++deleting_entries;
+        return;
+      }
+      shard.map.erase(e->key);
+    }
+    ForgetUnindexedLocked(e);
+  }
+
   // Erases `e` unless a lease or reader holds it. The check and the removal
   // from the index share one exclusive critical section: once the lock is
   // dropped no reader can find the entry, so none can pin it in between.
@@ -783,7 +803,7 @@ struct CacheStore::Impl {
       for (const EntryRef& ref : rec.entries) {
         if (ref.entry->generation == ref.generation &&
             ref.entry->state.load() == EntryState::kReserved) {
-          EraseLocked(ref.entry);
+          EraseReservedLocked(ref.entry);
         }
       }
       return;
@@ -1690,7 +1710,7 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
     }
     if (!verdict[j].ok()) {
       out.blocks[pos] = verdict[j];
-      s.EraseLocked(e);
+      s.EraseReservedLocked(e);
       continue;
     }
     {
@@ -2331,23 +2351,27 @@ std::span<std::byte> CacheStore::ArenaRegion() const {
   return {impl_->arena->base(), impl_->arena->capacity_bytes()};
 }
 
-Status CacheStore::CheckLeaseCovers(const Principal& caller, LeaseId lease, uint64_t offset,
-                                    uint64_t length, bool write) const {
+Result<RangePin> CacheStore::PinLeasedRange(const Principal& caller, LeaseId lease, uint64_t offset,
+                                            uint64_t length, bool write) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, write ? Role::kWrite : Role::kRead));
-  const Impl& s = *impl_;
+  Impl& s = *impl_;
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value() || lease == 0) return NotFound("no lease " + std::to_string(lease));
-  bool covered = false;
+  RangePin pin;
   bool kind_ok = true;
   STRATA_RETURN_IF_ERROR(s.leases.WithLive(*ns, lease, s.clock->Now(), [&](const LeaseRecord& rec) {
     kind_ok = rec.write == write;
+    if (!kind_ok) return;
     for (const EntryRef& ref : rec.entries) {
-      const Entry* e = ref.entry;
+      Entry* e = ref.entry;
       if (e->generation != ref.generation) continue;
       const uint64_t start = e->extent.offset;
       if (offset >= start && length <= e->payload_bytes &&
           offset - start <= e->payload_bytes - length) {
-        covered = true;
+        // The live lease holds the entry (the table's lock keeps it live),
+        // so a reader pin may be added without the shard lock.
+        e->readers.fetch_add(1);
+        pin = {e, ref.generation};
         return;
       }
     }
@@ -2356,11 +2380,16 @@ Status CacheStore::CheckLeaseCovers(const Principal& caller, LeaseId lease, uint
     return PermissionDenied("lease " + std::to_string(lease) + " is a " +
                             (write ? "read" : "write") + " lease");
   }
-  if (!covered) {
+  if (pin.entry == nullptr) {
     return PermissionDenied("lease " + std::to_string(lease) + " holds no entry covering bytes [" +
                             std::to_string(offset) + ", " + std::to_string(offset + length) + ")");
   }
-  return Status::Ok();
+  return pin;
+}
+
+void CacheStore::ReleaseRangePin(const RangePin& pin) {
+  if (pin.entry == nullptr) return;
+  impl_->Unpin({static_cast<Entry*>(pin.entry), pin.generation}, /*lease=*/false);
 }
 
 }  // namespace strata

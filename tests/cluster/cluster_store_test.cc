@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -17,6 +18,8 @@
 #include "cluster/placement.h"
 #include "node_test_util.h"
 #include "sanitizers.h"
+#include "strata/layout.h"
+#include "strata/node.h"
 
 namespace strata::testing {
 namespace {
@@ -660,6 +663,86 @@ TEST_F(ClusterStoreTest, WriteOnlyClientFindsAHungNodeBackAndReturnsItsShare) {
     on_2 = Held(*nodes_[2], q_keys).size();
   }
   EXPECT_EQ(on_2, q_on_2);
+}
+
+// Two in-process nodes holding both replicas of a prompt. Block 1's copy on
+// the node it is read from first has a corrupt layer group 1: its group 0
+// verifies and is reported before group 1 fails, so the block is read again
+// from the other replica. The caller may already be using group 0 in place
+// (here it scribbles on it): the retry must not write it again.
+TEST(ClusterFetchRetryTest, ARetryLeavesGroupsAlreadyReportedAlone) {
+  const ScopedUcxTransports tcp("tcp");  // active messages: group by group
+  const std::string dir = TempDir("cluster-retry");
+  const std::string tokens = dir + "/tokens";
+  std::ofstream(tokens) << HashToken(kTokenA.token) << " " << kTokenA.ns << " write\n";
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<NodeInfo> infos;
+  for (int i = 0; i < 2; ++i) {
+    NodeConfig c;
+    c.listen = "127.0.0.1:0";
+    c.http_listen = "";
+    c.dram_bytes = 64ull << 20;
+    c.tokens_file = tokens;
+    auto node = Node::Start(c);
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
+    const std::string target = "127.0.0.1:" + std::to_string((*node)->grpc_port());
+    infos.push_back({target, target, false});
+    nodes.push_back(std::move(node).value());
+  }
+  ClientOptions options;
+  options.token = kTokenA.token;
+  options.replication_factor = 2;
+  options.timeout = Seconds(10) * kSlowdown;
+  auto store = OpenClusterStore(MakeStaticMembership(infos), options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const Prompt p = MakePrompt(**store, 4, 41);
+  CommitAll(**store, p, /*with_swa=*/false);
+
+  // Corrupt group 1 of block 1 on the replica read first (placement order).
+  const ChainKey& key = p.keys[2];
+  const size_t first =
+      PlacementScore(key, infos[1].node_id) > PlacementScore(key, infos[0].node_id) ? 1 : 0;
+  CacheStore& local = nodes[first]->store();
+  MatchRequest direct;
+  direct.model_id = TestModel();
+  direct.tokens = p.tokens;
+  auto held = local.Match({kTokenA.ns, Role::kRead}, direct);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->blocks.size(), 4u);
+  auto header = ParsePayloadHeader(p.blocks[1].bytes);
+  ASSERT_TRUE(header.ok());
+  ASSERT_GE(header->groups.size(), 2u);
+  const GroupExtent g0 = header->groups[0];
+  local.ArenaRegion()[held->blocks[1].location + header->groups[1].offset] ^= std::byte{1};
+
+  auto m = MatchPrompt(**store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->blocks.size(), 4u);
+  std::vector<std::vector<std::byte>> buffers;
+  FetchRequest req;
+  req.match = &*m;
+  for (const BlockMatch& b : m->blocks) buffers.emplace_back(b.payload_bytes);
+  for (auto& b : buffers) req.block_buffers.emplace_back(b);
+  std::map<uint32_t, int> reported;  // block 1's groups
+  int block_1_ready = 0;
+  req.on_event = [&](const FetchEvent& e) {
+    if (e.block != 1) return;
+    if (e.type == FetchEvent::Type::kBlockReady) ++block_1_ready;
+    if (e.type != FetchEvent::Type::kGroupReady) return;
+    ++reported[e.group];
+    if (e.group == 0) std::memset(buffers[1].data() + g0.offset, 0, g0.length);
+  };
+  const FetchOutcome outcome = (*store)->Fetch(req).Wait();
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.ToString();
+  EXPECT_EQ(outcome.blocks_ready, 4u);
+  std::vector<std::byte> want = p.blocks[1].bytes;
+  std::memset(want.data() + g0.offset, 0, g0.length);  // the caller's, left alone
+  EXPECT_TRUE(buffers[1] == want);
+  for (size_t b : {0, 2, 3}) EXPECT_TRUE(buffers[b] == p.blocks[b].bytes) << b;
+  EXPECT_EQ(reported.size(), header->groups.size());
+  for (const auto& [group, times] : reported) EXPECT_EQ(times, 1) << "group " << group;
+  EXPECT_EQ(block_1_ready, 1);
+  (void)(*store)->Abort(m->lease);
 }
 
 TEST(ClusterUriTest, MalformedNodeListsAreRefused) {

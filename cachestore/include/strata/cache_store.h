@@ -200,11 +200,15 @@ class CacheStore {
   // The DRAM arena: the node registers it once with the data plane, and
   // BlockMatch::location and reserved buffers are offsets into it.
   std::span<std::byte> ArenaRegion() const;
-  // OK when `lease` is a live lease of the caller's namespace, a write lease
-  // iff `write`, holding an entry whose payload covers [offset, offset+length)
-  // of the arena. What the data plane asks before it moves any byte.
-  Status CheckLeaseCovers(const Principal& caller, LeaseId lease, uint64_t offset, uint64_t length,
-                          bool write) const;
+  // What the data plane asks before it moves any byte: OK when `lease` is a
+  // live lease of the caller's namespace, a write lease iff `write`, holding
+  // an entry whose payload covers [offset, offset+length) of the arena. The
+  // entry is then pinned until ReleaseRangePin, so a transfer that outlives
+  // its lease (expired or released meanwhile) still reads or writes bytes of
+  // that entry, never of whatever would reuse them. Release every pin once.
+  Result<RangePin> PinLeasedRange(const Principal& caller, LeaseId lease, uint64_t offset,
+                                  uint64_t length, bool write);
+  void ReleaseRangePin(const RangePin& pin);
 
   MaintenanceReport RunMaintenance();
   // Waits until every entry queued for SSD write-back has been written (or

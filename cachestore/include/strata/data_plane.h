@@ -49,6 +49,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strata/clock.h"
@@ -73,15 +74,45 @@ struct ServerOptions {
   Mode mode = Mode::kAuto;
 };
 
+// What an authorization keeps alive until the transfer it allowed has
+// finished (the reply sent, the write landed, or the transfer failed): the
+// node pins the entry, so a lease that ends meanwhile cannot free bytes still
+// being sent or received and hand them to someone else. Move-only; releases
+// on destruction. An empty hold keeps nothing.
+class TransferHold {
+ public:
+  TransferHold() = default;
+  explicit TransferHold(std::function<void()> release) : release_(std::move(release)) {}
+  TransferHold(TransferHold&& other) noexcept : release_(std::exchange(other.release_, nullptr)) {}
+  TransferHold& operator=(TransferHold&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      release_ = std::exchange(other.release_, nullptr);
+    }
+    return *this;
+  }
+  TransferHold(const TransferHold&) = delete;
+  TransferHold& operator=(const TransferHold&) = delete;
+  ~TransferHold() { Reset(); }
+
+  void Reset() {
+    if (std::function<void()> release = std::exchange(release_, nullptr)) release();
+  }
+
+ private:
+  std::function<void()> release_;
+};
+
 struct Access {
   // Called on the progress thread for every active-message request. The node
-  // answers OK only if `session`'s principal owns `lease` and
-  // [offset, offset + length) lies inside an entry the lease covers. Missing
-  // callbacks deny everything.
-  std::function<Status(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length)>
-      authorize_read;
-  std::function<Status(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length)>
-      authorize_write;
+  // answers with a hold only if `session`'s principal owns `lease` and
+  // [offset, offset + length) lies inside an entry the lease covers; the
+  // server keeps the hold until that transfer is over. Missing callbacks
+  // deny everything.
+  using Authorize = std::function<Result<TransferHold>(uint64_t session, uint64_t lease,
+                                                       uint64_t offset, uint64_t length)>;
+  Authorize authorize_read;
+  Authorize authorize_write;
   // Called (progress thread) once a write into [offset, offset + length) has
   // fully landed in the arena, before the client is acked.
   std::function<void(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length)>

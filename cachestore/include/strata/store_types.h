@@ -37,6 +37,13 @@ std::string_view TierName(Tier tier);
 // A read or write lease; 0 means none.
 using LeaseId = uint64_t;
 
+// One entry pinned for a data-plane transfer (CacheStore::PinLeasedRange).
+// Opaque: only the store that made it reads it.
+struct RangePin {
+  void* entry = nullptr;
+  uint64_t generation = 0;
+};
+
 // Limits on one request; larger inputs get INVALID_ARGUMENT.
 constexpr size_t kMaxPromptTokens = 1u << 20;       // 1,048,576 tokens
 constexpr size_t kMaxBlocksPerCall = 4096;          // keys per match/commit

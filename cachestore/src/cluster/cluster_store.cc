@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -39,6 +40,7 @@
 
 #include "client/remote_store.h"
 #include "cluster/placement.h"
+#include "strata/layout.h"
 #include "strata/task_pool.h"
 
 namespace strata {
@@ -166,6 +168,21 @@ class FetchEvents {
     if (!sink_) return;
     std::lock_guard lock(mu_);
     sink_({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(block), 0});
+  }
+
+  // Whether any / this group of `block` was reported ready: the caller may
+  // be reading it already, so it must not be written again.
+  bool AnyGroup(size_t block) {
+    if (!sink_) return false;
+    std::lock_guard lock(mu_);
+    for (bool g : groups_[block]) {
+      if (g) return true;
+    }
+    return false;
+  }
+  bool HasGroup(size_t block, uint32_t group) {
+    std::lock_guard lock(mu_);
+    return group < groups_[block].size() && groups_[block][group];
   }
 
   void Finish(size_t usable, bool swa_ready) {
@@ -1024,6 +1041,10 @@ class ClusterStore final : public Store {
       }
     }
     size_t next_swa = 0;
+    // A block retried after some of its groups were reported ready lands in
+    // scratch: the caller may be reading those groups already, so only the
+    // groups not yet reported are copied over once the block verified.
+    std::vector<std::vector<std::byte>> scratch(n);
     std::vector<size_t> next(n, 0);  // next candidate to try, per block
     std::vector<bool> done(n, false);
     std::vector<Status> why(n);
@@ -1068,7 +1089,8 @@ class ClusterStore final : public Store {
         SubFetch& s = sub_for(h);
         s.match.blocks.push_back(h.block);
         s.positions.push_back(b);
-        s.buffers.push_back(req.block_buffers[b]);
+        if (events.AnyGroup(b)) scratch[b].resize(req.block_buffers[b].size());
+        s.buffers.push_back(scratch[b].empty() ? req.block_buffers[b] : scratch[b]);
       }
       if (!swa_done && next_swa < swa_candidates.size()) {
         const Holder& h = *swa_candidates[next_swa++];
@@ -1082,13 +1104,14 @@ class ClusterStore final : public Store {
       std::vector<std::function<void()>> tasks;
       tasks.reserve(subs.size());
       for (SubFetch& s : subs) {
-        tasks.emplace_back([&s, &req, &events, this] {
+        tasks.emplace_back([&s, &req, &events, &scratch, this] {
           FetchRequest sub;
           sub.match = &s.match;
           sub.block_buffers = s.buffers;
           if (s.swa) sub.swa_buffer = req.swa_buffer;
-          sub.on_event = [&s, &events](const FetchEvent& e) {
-            if (e.block >= s.positions.size()) return;
+          sub.on_event = [&s, &events, &scratch](const FetchEvent& e) {
+            // Blocks going to scratch are reported once copied over.
+            if (e.block >= s.positions.size() || !scratch[s.positions[e.block]].empty()) return;
             if (e.type == FetchEvent::Type::kGroupReady)
               events.Group(s.positions[e.block], e.group);
             if (e.type == FetchEvent::Type::kBlockReady) events.Block(s.positions[e.block]);
@@ -1106,6 +1129,14 @@ class ClusterStore final : public Store {
           const size_t b = s.positions[j];
           if (j < s.outcome.blocks_ready) {
             done[b] = true;
+            if (!scratch[b].empty()) {
+              if (Status st = CopyUnreportedGroups(scratch[b], req.block_buffers[b], b, events);
+                  !st.ok()) {
+                done[b] = false;
+                why[b] = st;
+              }
+              scratch[b] = {};
+            }
           } else {
             why[b] = s.outcome.status.ok() ? Internal("block did not complete") : s.outcome.status;
           }
@@ -1155,6 +1186,24 @@ class ClusterStore final : public Store {
       }
     }
     events.Finish(usable, out.swa_ready);
+  }
+
+  // Copies from a verified `scratch` payload into `dest` the layer groups of
+  // `block` not reported ready yet, and reports them. The header is in place
+  // already: a reported group means it was verified there, and it hashes to
+  // the same entry checksum as the scratch copy.
+  static Status CopyUnreportedGroups(std::span<const std::byte> scratch, std::span<std::byte> dest,
+                                     size_t block, FetchEvents& events) {
+    Result<PayloadHeader> header = ParsePayloadHeader(scratch);
+    if (!header.ok()) return header.status();
+    for (uint32_t g = 0; g < header->groups.size(); ++g) {
+      if (events.HasGroup(block, g)) continue;
+      const GroupExtent& e = header->groups[g];
+      std::memcpy(dest.data() + e.offset, scratch.data() + e.offset, e.length);
+      events.Group(block, g);
+    }
+    events.Block(block);
+    return Status::Ok();
   }
 
   const std::shared_ptr<Membership> membership_;

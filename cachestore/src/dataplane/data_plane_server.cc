@@ -42,6 +42,9 @@ struct DataPlaneServer::Impl {
     std::vector<ucp_dt_iov_t> iov;  // kSend of several arena ranges
     RequestHeader request;          // kWriteRecv
     ucp_ep_h reply_ep = nullptr;    // kWriteRecv: where the ack goes
+    // What the authorization pinned, released with the Pending once UCX is
+    // done with the arena bytes.
+    std::vector<TransferHold> holds;
   };
 
   std::span<std::byte> region;
@@ -131,9 +134,10 @@ struct DataPlaneServer::Impl {
   // Sends `id` with {op_id, status} to `ep`: data is the arena range on OK,
   // the error text otherwise.
   void Reply(ucp_ep_h ep, uint16_t id, uint64_t op_id, const Status& status, const std::byte* data,
-             uint64_t length, bool eager = false) {
+             uint64_t length, bool eager = false, TransferHold hold = {}) {
     auto* p = new Pending();
     p->impl = this;
+    p->holds.push_back(std::move(hold));
     p->reply.op_id = op_id;
     p->reply.code = static_cast<uint32_t>(status.code());
     const void* payload = data;
@@ -149,9 +153,10 @@ struct DataPlaneServer::Impl {
 
   // Sends the arena ranges `iov` (total `length` bytes) as one read reply.
   void ReplyGathered(ucp_ep_h ep, uint64_t op_id, std::vector<ucp_dt_iov_t> iov, uint64_t length,
-                     bool eager) {
+                     bool eager, std::vector<TransferHold> holds) {
     auto* p = new Pending();
     p->impl = this;
+    p->holds = std::move(holds);
     p->reply.op_id = op_id;
     p->payload_bytes = length;
     p->iov = std::move(iov);
@@ -243,14 +248,15 @@ struct DataPlaneServer::Impl {
     auto* self = static_cast<Impl*>(arg);
     RequestHeader h;
     if (!self->Accept(header, header_length, param, &h)) return UCS_OK;
-    Status st = self->CheckRequest(h, self->access.authorize_read);
-    if (!st.ok()) {
+    Result<TransferHold> hold = self->CheckRequest(h, self->access.authorize_read);
+    if (!hold.ok()) {
       self->rejected.fetch_add(1, std::memory_order_relaxed);
-      self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, nullptr, 0);
+      self->Reply(param->reply_ep, kAmReadReply, h.op_id, hold.status(), nullptr, 0);
       return UCS_OK;
     }
-    self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, self->region.data() + h.offset,
-                h.length, (h.flags & internal::kReplyEager) != 0);
+    self->Reply(param->reply_ep, kAmReadReply, h.op_id, Status::Ok(),
+                self->region.data() + h.offset, h.length, (h.flags & internal::kReplyEager) != 0,
+                std::move(*hold));
     return UCS_OK;
   }
 
@@ -262,20 +268,23 @@ struct DataPlaneServer::Impl {
     RequestHeader h;
     if (!self->Accept(header, header_length, param, &h)) return UCS_OK;
     std::vector<ucp_dt_iov_t> iov;
-    Status st = self->CheckGather(h, data, length, param, &iov);
+    std::vector<TransferHold> holds;
+    Status st = self->CheckGather(h, data, length, param, &iov, &holds);
     if (!st.ok()) {
       self->rejected.fetch_add(1, std::memory_order_relaxed);
       self->Reply(param->reply_ep, kAmReadReply, h.op_id, st, nullptr, 0);
-      return UCS_OK;
+      return UCS_OK;  // the holds of ranges authorized before the refusal go now
     }
     self->ReplyGathered(param->reply_ep, h.op_id, std::move(iov), h.length,
-                        (h.flags & internal::kReplyEager) != 0);
+                        (h.flags & internal::kReplyEager) != 0, std::move(holds));
     return UCS_OK;
   }
 
-  // Parses and authorizes a readv request's range list into `iov`.
+  // Parses and authorizes a readv request's range list into `iov`, one hold
+  // per range into `holds`.
   Status CheckGather(const RequestHeader& h, const void* data, size_t length,
-                     const ucp_am_recv_param_t* param, std::vector<ucp_dt_iov_t>* iov) {
+                     const ucp_am_recv_param_t* param, std::vector<ucp_dt_iov_t>* iov,
+                     std::vector<TransferHold>* holds) {
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || data == nullptr || length == 0 ||
         length % sizeof(ReadRange) != 0 ||
         length / sizeof(ReadRange) > DataPlaneClient::kMaxRangesPerRead) {
@@ -290,7 +299,9 @@ struct DataPlaneServer::Impl {
       RequestHeader one = h;
       one.offset = r.offset;
       one.length = r.length;
-      STRATA_RETURN_IF_ERROR(CheckRequest(one, access.authorize_read));
+      Result<TransferHold> hold = CheckRequest(one, access.authorize_read);
+      if (!hold.ok()) return hold.status();
+      holds->push_back(std::move(*hold));
       total += r.length;  // ranges lie inside the arena: no overflow
       iov->push_back({region.data() + r.offset, r.length});
     }
@@ -301,9 +312,7 @@ struct DataPlaneServer::Impl {
     return Status::Ok();
   }
 
-  Status CheckRequest(
-      const RequestHeader& h,
-      const std::function<Status(uint64_t, uint64_t, uint64_t, uint64_t)>& authorize) {
+  Result<TransferHold> CheckRequest(const RequestHeader& h, const Access::Authorize& authorize) {
     if (h.version != kWireVersion) return InvalidArgument("data plane wire version mismatch");
     if (draining.load(std::memory_order_acquire)) return Unavailable("node is draining");
     STRATA_RETURN_IF_ERROR(CheckRange(h));
@@ -317,13 +326,14 @@ struct DataPlaneServer::Impl {
     auto* self = static_cast<Impl*>(arg);
     RequestHeader h;
     if (!self->Accept(header, header_length, param, &h)) return UCS_OK;  // drops rendezvous data
-    Status st = length != h.length
-                    ? InvalidArgument("write carries " + std::to_string(length) +
-                                      " bytes, header says " + std::to_string(h.length))
-                    : self->CheckRequest(h, self->access.authorize_write);
-    if (!st.ok()) {
+    Result<TransferHold> hold =
+        length != h.length ? Result<TransferHold>(
+                                 InvalidArgument("write carries " + std::to_string(length) +
+                                                 " bytes, header says " + std::to_string(h.length)))
+                           : self->CheckRequest(h, self->access.authorize_write);
+    if (!hold.ok()) {
       self->rejected.fetch_add(1, std::memory_order_relaxed);
-      self->Reply(param->reply_ep, kAmWriteAck, h.op_id, st, nullptr, 0);
+      self->Reply(param->reply_ep, kAmWriteAck, h.op_id, hold.status(), nullptr, 0);
       return UCS_OK;  // nothing lands: UCX drops the payload
     }
     std::byte* dest = self->region.data() + h.offset;
@@ -331,13 +341,14 @@ struct DataPlaneServer::Impl {
       // Eager (small) payload: already here, one copy.
       if (length > 0) std::memcpy(dest, data, length);
       self->WriteLanded(h, param->reply_ep, UCS_OK);
-      return UCS_OK;
+      return UCS_OK;  // the hold goes here: the bytes are in
     }
     auto* p = new Pending();
     p->impl = self;
     p->kind = Pending::Kind::kWriteRecv;
     p->request = h;
     p->reply_ep = param->reply_ep;
+    p->holds.push_back(std::move(*hold));
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv_am = &OnWriteReceived;

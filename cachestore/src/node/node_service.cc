@@ -137,14 +137,21 @@ Result<Principal> NodeState::Authenticate(const grpc::ServerContext& ctx) const 
   return tokens.Authenticate(std::string_view(it->second.data(), it->second.size()));
 }
 
-Status NodeState::AuthorizeTransfer(uint64_t session, uint64_t lease, uint64_t offset,
-                                    uint64_t length, bool write) const {
+Result<dataplane::TransferHold> NodeState::AuthorizeTransfer(uint64_t session, uint64_t lease,
+                                                             uint64_t offset, uint64_t length,
+                                                             bool write) const {
   std::optional<Principal> p = sessions.Find(session);
   if (!p.has_value()) return Unauthenticated("unknown data-plane session; say Hello again");
   if (write && draining.load()) return Unavailable("node is draining");
   const std::shared_ptr<CacheStore> s = StoreRef();
   if (s == nullptr) return Unavailable("node is stopping");
-  return s->CheckLeaseCovers(*p, lease, offset, length, write);
+  Result<RangePin> pin = s->PinLeasedRange(*p, lease, offset, length, write);
+  if (!pin.ok()) return pin.status();
+  // A transfer still in flight when the node lets go of its store (shutdown)
+  // has nothing left to release.
+  return dataplane::TransferHold([store = std::weak_ptr<CacheStore>(s), pin = *pin] {
+    if (const std::shared_ptr<CacheStore> live = store.lock()) live->ReleaseRangePin(pin);
+  });
 }
 
 void NodeState::CountRpc(const char* method, const Status& status, double seconds) {

@@ -15,15 +15,12 @@
 #include <vector>
 
 #include "strata/cache_store.h"
+#include "strata/data_plane.h"
 #include "strata/metrics.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "token_auth.h"
 
 namespace strata {
-
-namespace dataplane {
-class DataPlaneServer;
-}
 
 // Data-plane sessions: which principal a session id handed out by Hello
 // stands for. Bounded: the oldest sessions are forgotten first (a client
@@ -80,9 +77,11 @@ struct NodeState {
 
   Result<Principal> Authenticate(const grpc::ServerContext& context) const;
   // Data-plane checks: the session's principal must own the lease, and the
-  // lease must hold the bytes.
-  Status AuthorizeTransfer(uint64_t session, uint64_t lease, uint64_t offset, uint64_t length,
-                           bool write) const;
+  // lease must hold the bytes. The hold pins the entry until the transfer is
+  // over (CacheStore::PinLeasedRange).
+  Result<dataplane::TransferHold> AuthorizeTransfer(uint64_t session, uint64_t lease,
+                                                    uint64_t offset, uint64_t length,
+                                                    bool write) const;
   void CountRpc(const char* method, const Status& status, double seconds);
 };
 
