@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -470,6 +472,84 @@ TEST_F(SsdStoreTest, DeleteDuringWriteBackLeavesNoSsdCopy) {
       << (info.ok() ? std::string(TierName(info->tier)) : info.status().ToString());
   Open(o);  // and after a restart, which reads the SSD index
   EXPECT_TRUE(Match(tokens).blocks.empty());
+  ExpectInvariants();
+}
+
+// A delete (or an eviction by name) that lands while the block is being
+// promoted from SSD, after the read and before the promoted entry is
+// published, must not see it come back in DRAM: the promotion finds its SSD
+// copy gone and gives up.
+TEST_F(SsdStoreTest, DeleteDuringPromotionLeavesNoCopyInEitherTier) {
+  for (const bool by_evict : {false, true}) {
+    SCOPED_TRACE(by_evict ? "Evict" : "Delete");
+    const std::vector<uint32_t> tokens = Tokens(2 * kTinyBlockTokens, by_evict ? 1101 : 1100);
+    Open();
+    Commit(tokens);
+    store_->FlushWriteBack();
+    Open();  // SSD only now
+    const ChainKey key = Keys(tokens)[0];
+    std::atomic<bool> armed{true};
+    Status deleted = Internal("the hook did not run");
+    store_->SetBeforePromotionPublishHookForTesting([&] {
+      if (!armed.exchange(false)) return;
+      if (by_evict) {
+        EvictRequest one;
+        one.root = EntryCursor{key, StateKind::kGlobalKv};
+        auto r = store_->Evict(who_, one);
+        deleted = r.ok() ? Status::Ok() : r.status();
+      } else {
+        deleted = store_->Delete(who_, key, StateKind::kGlobalKv);
+      }
+    });
+    std::vector<std::vector<std::byte>> out;
+    const FetchOutcome f = Fetch(Match(tokens), &out);
+    ASSERT_TRUE(deleted.ok()) << deleted.ToString();
+    EXPECT_EQ(f.blocks_ready, 0u) << f.status.ToString();
+    auto info = store_->Inspect(who_, key, StateKind::kGlobalKv);
+    EXPECT_EQ(info.status().code(), StatusCode::kNotFound)
+        << (info.ok() ? std::string(TierName(info->tier)) : info.status().ToString());
+    EXPECT_TRUE(Match(tokens).blocks.empty());
+    ExpectInvariants();
+    Open();  // and after a restart, which reads the SSD index
+    EXPECT_TRUE(Match(tokens).blocks.empty());
+  }
+}
+
+// A fetch that promotes blocks 0..2 while another caller is promoting
+// block 1 waits for that promotion before publishing block 2, so block 2 is
+// linked under block 1 (deleting block 1 then takes block 2 out of DRAM).
+TEST_F(SsdStoreTest, APromotionWaitsForAParentAnotherCallerIsPromoting) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(3 * kTinyBlockTokens, 1200);
+  const std::vector<testing::Payload> payloads = Commit(tokens);
+  store_->FlushWriteBack();
+  Open();  // SSD only now
+  const std::vector<ChainKey> keys = Keys(tokens);
+  std::mutex mu;
+  std::condition_variable cv;
+  int publishes = 0;  // promotion batches that reached publication
+  store_->SetBeforePromotionPublishHookForTesting([&] {
+    std::unique_lock lock(mu);
+    ++publishes;
+    cv.notify_all();
+    // The first (the other caller's block 1) waits for the second (ours).
+    if (publishes == 1) cv.wait(lock, [&] { return publishes >= 2; });
+  });
+  std::thread other([&] { (void)MatchKeysPromoting(std::span(keys).subspan(1, 1), true); });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return publishes >= 1; });
+  }
+  std::vector<std::vector<std::byte>> out;
+  const FetchOutcome f = Fetch(Match(tokens), &out);
+  other.join();
+  ASSERT_TRUE(f.status.ok()) << f.status.ToString();
+  ASSERT_EQ(f.blocks_ready, 3u);
+  for (size_t b = 0; b < 3; ++b) EXPECT_TRUE(out[b] == payloads[b].bytes) << b;
+  ASSERT_TRUE(store_->Delete(who_, keys[1], StateKind::kGlobalKv).ok());
+  auto child = store_->Inspect(who_, keys[2], StateKind::kGlobalKv);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(child->tier, Tier::kSsd);  // its DRAM copy went with block 1's subtree
   ExpectInvariants();
 }
 

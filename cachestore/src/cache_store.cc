@@ -20,6 +20,7 @@
 #include <absl/container/flat_hash_map.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -44,6 +45,9 @@ constexpr uint32_t kSwaSearchBoundaries = 16;
 // SSD entries promoted into DRAM per read batch: enough to keep the SSD's
 // queue full, few enough that one batch's DRAM stays small.
 constexpr size_t kPromoteBatch = 64;
+// How long a promotion waits for another caller's promotion of an earlier
+// block of its chain before publishing its own (unlinked) anyway.
+constexpr auto kParentPromotionWait = std::chrono::seconds(2);
 
 bool RoleAllows(const Principal& p, Role needed) {
   return static_cast<uint8_t>(p.role) >= static_cast<uint8_t>(needed);
@@ -182,6 +186,7 @@ struct CacheStore::Impl {
   std::multiset<uint64_t> scan_starts;      // per running scan: the position it reads on from
   std::function<void()> after_ssd_scan;     // test hook, set before any call
   std::function<void()> before_write_back;  // test hook, set before any call
+  std::function<void()> before_promotion_publish;  // test hook, likewise
 
   uint64_t DemotedEndLocked() const { return demoted_base + demoted.size(); }
   void LogLeftDramLocked(const EntryKey& k) {
@@ -344,7 +349,7 @@ struct CacheStore::Impl {
                                                  std::span<const std::optional<ChainKey>> parents,
                                                  const ModelId& model, Nanos now) {
     std::vector<Result<EntryRef>> results(keys.size(), NotFound("not stored"));
-    std::vector<size_t> lead;  // promotions this call runs
+    std::vector<bool> leads(keys.size(), false);  // promotions this call runs
     std::vector<std::shared_ptr<Promotion>> promos(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       if (EntryRef ref = PinReader(keys[i], now); ref.entry != nullptr) {
@@ -356,27 +361,53 @@ struct CacheStore::Impl {
       auto [it, inserted] = promotions.try_emplace(keys[i]);
       if (inserted) {
         it->second = std::make_shared<Promotion>();
-        lead.push_back(i);
+        leads[i] = true;
       }
       promos[i] = it->second;
     }
-    for (size_t first = 0; first < lead.size(); first += kPromoteBatch) {
-      const size_t last = std::min(lead.size(), first + kPromoteBatch);
-      PromoteBatch(keys, parents, model, now, std::span(lead).subspan(first, last - first),
-                   results);
-    }
-    for (size_t i : lead) {
-      Promotion& p = *promos[i];
-      {
-        std::lock_guard lock(p.mu);
-        p.done = true;
-        p.status = results[i].ok() ? Status::Ok() : results[i].status();
+    // Promotes a run of leads in batches and hands each result to whoever
+    // waits for it.
+    std::vector<size_t> run;
+    auto promote_run = [&] {
+      for (size_t first = 0; first < run.size(); first += kPromoteBatch) {
+        const size_t last = std::min(run.size(), first + kPromoteBatch);
+        PromoteBatch(keys, parents, model, now, std::span(run).subspan(first, last - first),
+                     results);
       }
-      p.cv.notify_all();
-      std::lock_guard lock(promo_mu);
-      promotions.erase(keys[i]);
-      promos[i].reset();  // done: what is left are other callers' promotions
+      for (size_t i : run) {
+        Promotion& p = *promos[i];
+        {
+          std::lock_guard lock(p.mu);
+          p.done = true;
+          p.status = results[i].ok() ? Status::Ok() : results[i].status();
+        }
+        p.cv.notify_all();
+        std::lock_guard lock(promo_mu);
+        promotions.erase(keys[i]);
+        promos[i].reset();  // done: what is left are other callers' promotions
+      }
+      run.clear();
+    };
+    // Leads are promoted in runs split where another caller's promotion
+    // comes before a later lead: that one is waited for first, so a block is
+    // never published before a parent still on its way (it could not be
+    // linked to it). The wait is bounded: callers that list shared keys in
+    // different orders cannot wait for each other for good.
+    size_t last_lead = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (leads[i]) last_lead = i;
     }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (leads[i]) {
+        run.push_back(i);
+      } else if (promos[i] != nullptr && i < last_lead) {
+        promote_run();
+        Promotion& p = *promos[i];
+        std::unique_lock lock(p.mu);
+        p.cv.wait_for(lock, kParentPromotionWait, [&] { return p.done; });
+      }
+    }
+    promote_run();
     // Entries another caller was promoting: wait for that read.
     for (size_t i = 0; i < keys.size(); ++i) {
       if (promos[i] == nullptr) continue;
@@ -441,6 +472,7 @@ struct CacheStore::Impl {
           {SsdKeyOf(keys[which[w]], model), arena->Bytes((*e)->extent, (*e)->extent.length)});
     }
     const std::vector<Status> read = reads.empty() ? std::vector<Status>() : ssd->ReadBatch(reads);
+    if (before_promotion_publish && !reads.empty()) before_promotion_publish();
     std::vector<const SsdKey*> used;
     for (size_t w = 0, r = 0; w < which.size(); ++w) {
       if (staged[w] == nullptr) continue;
@@ -508,6 +540,12 @@ struct CacheStore::Impl {
     if (!read.ok()) {
       EraseLocked(e);
       return read;
+    }
+    // An admin delete or evict erases the SSD copy and then the DRAM entry:
+    // a promotion that read the copy before must not bring it back.
+    if (!ssd->Contains(SsdKeyOf(k, e->model_id))) {
+      EraseLocked(e);
+      return NotFound("entry was deleted while being promoted");
     }
     Entry* parent_entry = nullptr;
     if (parent.has_value() && k.kind == StateKind::kGlobalKv) {
@@ -1960,26 +1998,23 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
 
 Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
-  std::optional<ModelId> model;
-  Status found = WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
-    model = e->model_id;
-    impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit);
-  });
-  if (found.code() == StatusCode::kNotFound) {
-    // Only on the SSD tier: the copies go (their SSD-only descendants can no
-    // longer be reached, and age out).
-    const std::vector<EntryInfo> copies =
-        SsdCopies(impl_->ssd.get(), *impl_->clock, caller.ns, EntryCursor{key, kind});
-    if (copies.empty()) return found;
-    return EraseSsdCopies(impl_->ssd.get(), copies);
-  }
-  STRATA_RETURN_IF_ERROR(found);
-  // The SSD copy too, or the next match would find it there. Its SSD-only
-  // descendants can no longer be reached (a match stops at this block).
-  if (impl_->ssd != nullptr && model.has_value()) {
-    (void)impl_->ssd->Erase({caller.ns, *model, key, kind});
-  }
-  return Status::Ok();
+  auto delete_dram = [&] {
+    return WithEntry(*impl_, caller, key, kind,
+                     [&](Entry* e) { impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit); });
+  };
+  const Status found = delete_dram();
+  if (!found.ok() && found.code() != StatusCode::kNotFound) return found;
+  // The SSD copies too (any model), or the next match would find them there;
+  // SSD-only descendants can no longer be reached (a match stops here).
+  const std::vector<EntryInfo> copies =
+      SsdCopies(impl_->ssd.get(), *impl_->clock, caller.ns, EntryCursor{key, kind});
+  if (found.code() == StatusCode::kNotFound && copies.empty()) return found;
+  const Status erased = EraseSsdCopies(impl_->ssd.get(), copies);
+  // A promotion that published from the SSD copy between the two steps put
+  // the entry back in DRAM: delete it again. One that publishes later finds
+  // the copy gone and gives up (Impl::Publish).
+  if (!copies.empty()) (void)delete_dram();
+  return erased;
 }
 
 Status CacheStore::Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl) {
@@ -2065,6 +2100,10 @@ void CacheStore::SetAfterSsdScanHookForTesting(std::function<void()> hook) {
 
 void CacheStore::SetBeforeWriteBackHookForTesting(std::function<void()> hook) {
   impl_->before_write_back = std::move(hook);
+}
+
+void CacheStore::SetBeforePromotionPublishHookForTesting(std::function<void()> hook) {
+  impl_->before_promotion_publish = std::move(hook);
 }
 
 Status CacheStore::CheckInvariantsForTesting() const {
@@ -2338,7 +2377,24 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   }
   lock.unlock();
   // The SSD copies too, or the next match would find them there.
-  if (s.ssd != nullptr) (void)EraseSsdCopies(s.ssd.get(), ssd_copies);
+  if (s.ssd == nullptr) return finish_ssd();
+  (void)EraseSsdCopies(s.ssd.get(), ssd_copies);
+  // A promotion that published from an SSD copy between the DRAM delete and
+  // the erase put the entry back: delete those again (later ones find the
+  // copy gone and give up, Impl::Publish).
+  {
+    std::lock_guard again(s.structure_mu);
+    for (const EntryInfo& c : ssd_copies) {
+      const EntryKey k{*ns, c.kind, c.key};
+      Impl::Shard& shard = s.ShardFor(k);
+      Entry* e = nullptr;
+      {
+        std::shared_lock slock(shard.mu);
+        e = s.FindVisibleLocked(shard, k, now);
+      }
+      if (e != nullptr) s.DeleteSubtreeLocked(e, EvictReason::kExplicit);
+    }
+  }
   return finish_ssd();
 }
 
