@@ -2002,14 +2002,14 @@ Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKin
     return WithEntry(*impl_, caller, key, kind,
                      [&](Entry* e) { impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit); });
   };
-  const Status found = delete_dram();
+  Status found = delete_dram();
   if (!found.ok() && found.code() != StatusCode::kNotFound) return found;
   // The SSD copies too (any model), or the next match would find them there;
   // SSD-only descendants can no longer be reached (a match stops here).
   const std::vector<EntryInfo> copies =
       SsdCopies(impl_->ssd.get(), *impl_->clock, caller.ns, EntryCursor{key, kind});
   if (found.code() == StatusCode::kNotFound && copies.empty()) return found;
-  const Status erased = EraseSsdCopies(impl_->ssd.get(), copies);
+  Status erased = EraseSsdCopies(impl_->ssd.get(), copies);
   // A promotion that published from the SSD copy between the two steps put
   // the entry back in DRAM: delete it again. One that publishes later finds
   // the copy gone and gives up (Impl::Publish).

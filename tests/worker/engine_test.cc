@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "node_process.h"
 #include "strata/client.h"
@@ -80,6 +81,44 @@ TEST(EngineTest, ColdAndWarmRunsAreBitIdentical) {
   EXPECT_EQ(rerun.stats.hit_tokens, 256u);
   EXPECT_TRUE(rerun.stats.swa_hit);
   ExpectIdentical(fill, rerun);
+  ExpectStoreQuiet(cache);
+}
+
+// Three requests that each find turn 1's two blocks, on a pool that holds
+// one request's fetch at a time (plus commit staging): they are admitted
+// one after another as pages free up, each fetching its whole prefix,
+// rather than all at once with the later ones left to recompute.
+TEST(EngineTest, FetchesWaitForPoolPagesInsteadOfShrinking) {
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  (void)RunOne(Options(store.get()), Turn1());
+  EngineOptions o = Options(store.get());
+  o.pool_pages = 4;  // one page kept for staging: room for one 2-block fetch
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  Engine& engine = **e;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    Request r;
+    r.id = id;
+    r.prompt = Turn1();
+    const std::vector<uint32_t> more = Tokens(306, 20 + static_cast<uint32_t>(id));
+    r.prompt.insert(r.prompt.end(), more.begin(), more.end());
+    r.max_new_tokens = 4;
+    ASSERT_TRUE(engine.AddRequest(r).ok());
+  }
+  std::map<uint64_t, RequestStats> stats;
+  for (StepOutput& out : engine.Drain()) {
+    if (out.finished) stats[out.id] = out.stats;
+  }
+  ASSERT_EQ(stats.size(), 3u);
+  for (const auto& [id, st] : stats) {
+    EXPECT_EQ(st.hit_tokens, 512u) << "request " << id;
+    EXPECT_GE(st.committed_blocks, 1u) << "request " << id;  // its own third block
+    EXPECT_EQ(st.store_errors, 0u) << "request " << id;
+  }
+  const EngineCounters c = engine.Counters();
+  EXPECT_EQ(c.pool_pages_used, 0u);
+  EXPECT_EQ(c.held_leases, 0u);
   ExpectStoreQuiet(cache);
 }
 

@@ -19,6 +19,14 @@ constexpr uint32_t kEntryBytes = kMainBytes + kIndexBytes;
 
 double SecondsBetween(Nanos a, Nanos b) { return static_cast<double>(b - a) / 1e9; }
 
+// Pool pages a fetch leaves free for commit staging (a commit takes one page
+// and gives it back at once): fetches of waiting requests never starve the
+// commits of running ones.
+constexpr uint32_t kStagingPages = 2;
+uint32_t StagingPages(const BlockPool& pool) {
+  return std::min(kStagingPages, pool.capacity() / 4);
+}
+
 }  // namespace
 
 enum class Phase : uint8_t { kQueued, kPrefill, kDecode };
@@ -47,8 +55,9 @@ struct Engine::Sequence {
   std::unique_ptr<FetchJob> fetch;
   std::vector<bool> group_loaded;
   bool swa_loaded = false;
-  bool fetch_failed = false;  // a layer found its layer group missing
-  bool done = false;          // finished; removed at the end of the step
+  bool fetch_failed = false;    // a layer found its layer group missing
+  bool done = false;            // finished; removed at the end of the step
+  uint32_t deferred_pages = 0;  // queued: its fetch needs this many pages free
 };
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
@@ -140,8 +149,16 @@ Status Engine::AddRequest(Request request) {
   return Status::Ok();
 }
 
-// Plans a request: decoder start, chain keys, match, fetch, replay.
-void Engine::Admit(Sequence& seq) {
+uint32_t Engine::FetchRoom() const {
+  const uint32_t free_pages = pool_.capacity() - pool_.used_pages();
+  return free_pages > StagingPages(pool_) ? free_pages - StagingPages(pool_) : 0;
+}
+
+// Plans a request: decoder start, chain keys, match, fetch, replay. With
+// `may_defer`, a fetch that does not fit in the pool now (but would in an
+// empty one) leaves the request queued, its lease released: running requests
+// free their fetch pages after their first chunk. False when deferred.
+bool Engine::Admit(Sequence& seq, bool may_defer) {
   const ModelConfig& c = model_.config;
   const uint32_t bt = c.block_tokens;
   const int64_t t = static_cast<int64_t>(seq.req.prompt.size());
@@ -164,10 +181,10 @@ void Engine::Admit(Sequence& seq) {
   // then reports the SWA state at the deepest boundary we can resume from.
   const size_t wanted =
       std::min<size_t>(seq.keys.size() - 1, static_cast<size_t>(seq.state.decoder_start / bt));
-  if (!seq.use_store || !options_.use_store_reads || wanted == 0) return;
+  if (!seq.use_store || !options_.use_store_reads || wanted == 0) return true;
   if (!store_health_->Usable()) {
     ++seq.stats.store_skipped;
-    return;
+    return true;
   }
   MatchKeysRequest mr;
   mr.model_id = model_id_;
@@ -181,7 +198,7 @@ void Engine::Admit(Sequence& seq) {
   store_health_->Record(match.status());
   if (!match.ok()) {
     ++seq.stats.store_errors;
-    return;
+    return true;
   }
   seq.match = std::move(match).value();
   seq.stats.matched_tokens = seq.match.hit_tokens();
@@ -194,7 +211,17 @@ void Engine::Admit(Sequence& seq) {
       break;
     }
   }
+  const uint32_t room = FetchRoom();
+  const uint32_t ever = pool_.capacity() - StagingPages(pool_);  // in an empty pool
+  if (may_defer && usable > room && usable <= ever) {
+    seq.deferred_pages = usable;
+    ReleaseFetch(seq);
+    seq.phase = Phase::kQueued;
+    return false;
+  }
+  seq.deferred_pages = 0;
   // Pages for the fetched blocks; a full pool fetches a shorter prefix.
+  usable = std::min(usable, room);
   std::vector<std::span<std::byte>> buffers;
   for (uint32_t b = 0; b < usable; ++b) {
     Result<uint32_t> page = pool_.Allocate();
@@ -207,7 +234,7 @@ void Engine::Admit(Sequence& seq) {
   }
   if (usable == 0) {
     ReleaseFetch(seq);
-    return;
+    return true;
   }
   seq.fetch_blocks = usable;
   seq.fetch_swa = seq.match.swa.has_value() && seq.match.swa->boundary_blocks == usable &&
@@ -240,6 +267,7 @@ void Engine::Admit(Sequence& seq) {
     seq.state.encoder_replay_start = seq.replay_begin;
     seq.stats.replayed_tokens = static_cast<uint64_t>(boundary - seq.replay_begin);
   }
+  return true;
 }
 
 // Waits for what layer `layer` reads; false when the fetch failed under it.
@@ -311,7 +339,7 @@ void Engine::Restart(Sequence& seq, const std::string& /*why*/) {
   seq.fetch_failed = false;
   seq.use_store = false;  // reads: the exact path is full recomputation now
   seq.tokens.resize(seq.req.prompt.size());
-  Admit(seq);
+  (void)Admit(seq, /*may_defer=*/false);      // nothing to fetch
   seq.use_store = options_.store != nullptr;  // commits still go to the store
 }
 
@@ -421,17 +449,20 @@ std::vector<StepOutput> Engine::Step() {
   std::vector<StepOutput> outputs;
   // Admission in arrival order. A request admitted now starts its fetch
   // and joins the next step, its transfer overlapping this step's compute,
-  // unless there is nothing else to run.
-  std::vector<bool> admitted_now;
+  // unless there is nothing else to run. A request whose fetch must wait for
+  // pool pages holds back those behind it (first come, first served).
+  std::vector<bool> admitted_now(order_.size(), false);
   bool other_work = false;
-  for (uint64_t id : order_) {
-    Sequence& seq = *seqs_.at(id);
-    admitted_now.push_back(seq.phase == Phase::kQueued);
-    if (seq.phase == Phase::kQueued) {
-      Admit(seq);
-    } else {
-      other_work = true;
-    }
+  for (uint64_t id : order_) other_work |= seqs_.at(id)->phase != Phase::kQueued;
+  bool busy = other_work;
+  for (size_t k = 0; k < order_.size(); ++k) {
+    Sequence& seq = *seqs_.at(order_[k]);
+    if (seq.phase != Phase::kQueued) continue;
+    // Still no room for the fetch it was deferred for: no new match yet.
+    if (busy && seq.deferred_pages > FetchRoom()) break;
+    if (!Admit(seq, /*may_defer=*/busy)) break;
+    admitted_now[k] = true;
+    busy = true;
   }
   // Build the batch: decodes first (one token each), then prefill chunks.
   std::vector<ForwardItem> items;

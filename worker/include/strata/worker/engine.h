@@ -126,7 +126,8 @@ class Engine {
 
  private:
   Engine(const ModelWeights& model, EngineOptions options);
-  void Admit(Sequence& seq);
+  bool Admit(Sequence& seq, bool may_defer);
+  uint32_t FetchRoom() const;  // pool pages a new fetch may take now
   void Restart(Sequence& seq, const std::string& why);
   bool BeforeLayer(Sequence& seq, uint32_t layer);
   void AfterChunk(Sequence& seq, int64_t end);
