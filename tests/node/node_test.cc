@@ -235,6 +235,35 @@ TEST_F(NodeTest, ReserveStagePublishAndAbortAfterPartialWrite) {
   EXPECT_EQ(m->blocks.size(), 1u);
 }
 
+// A reservation neither published nor aborted: the node drops it at its
+// lease's expiry, and the client reclaims its staging buffers one lease TTL
+// later (at the next Reserve), so a caller that forgets cannot grow the
+// client without bound. Until then the buffers stay the caller's.
+TEST_F(NodeTest, AbandonedReservationsAreReclaimed) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 3, 6);
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(p, 0, 3, false)) blocks.push_back(c.block);
+  auto abandoned =
+      store->Reserve(TestModel(), std::span(blocks).subspan(0, 1), 200 * kNanosPerMilli);
+  ASSERT_TRUE(abandoned.ok()) << abandoned.status().ToString();
+  auto kept = store->Reserve(TestModel(), std::span(blocks).subspan(1, 1), Seconds(30));
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto later = store->Reserve(TestModel(), std::span(blocks).subspan(2, 1), Seconds(30));
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  ASSERT_NE(later->write_lease, 0u);
+  const uint64_t sum = p.blocks[0].checksum;
+  auto gone = store->Publish(abandoned->write_lease, std::span(&sum, 1));
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().ToString();
+  EXPECT_NE(gone.status().message().find("no reservation"), std::string::npos);
+  // The live reservation kept its buffers.
+  std::memcpy(kept->blocks[0].buffer.data(), p.blocks[1].bytes.data(), p.blocks[1].bytes.size());
+  EXPECT_TRUE(store->Abort(kept->write_lease).ok());
+  EXPECT_TRUE(store->Abort(later->write_lease).ok());
+}
+
 TEST_F(NodeTest, LeasesRenewAndExpireAcrossTheWire) {
   StartNode({.port = 0, .settings = {"read_lease_ttl=1s"}});
   auto store = Open(*node_, kTokenA.token);

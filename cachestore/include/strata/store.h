@@ -20,6 +20,9 @@ class Store {
   virtual Result<MatchResult> MatchKeys(const MatchKeysRequest& request) = 0;
   // `request.match` and the buffers must outlive the returned future.
   virtual FetchFuture Fetch(const FetchRequest& request) = 0;
+  // The reserved buffers stay valid until Publish or Abort; a remote store
+  // reclaims those of a reservation left alone for one more lease TTL past
+  // its expiry (the node dropped it at expiry).
   virtual Result<Reservation> Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
                                       Nanos write_lease_ttl = 0) = 0;
   virtual Result<PublishResult> Publish(LeaseId write_lease,

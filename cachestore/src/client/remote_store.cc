@@ -172,7 +172,14 @@ class RemoteStore final : public NodeClient {
       out.blocks.push_back(rb);
     }
     if (out.write_lease != 0) {
+      staged.expiry = out.expiry;
+      staged.ttl = Nanos{resp.ttl_ms()} * kNanosPerMilli;
       std::lock_guard lock(staged_mu_);
+      // Reservations neither published nor aborted for one more lease TTL
+      // past their expiry (the node dropped them then): their buffers go.
+      const Nanos now = SteadyClock().Now();
+      std::erase_if(staged_,
+                    [&](const auto& kv) { return kv.second.expiry + kv.second.ttl <= now; });
       staged_.emplace(out.write_lease, std::move(staged));
     }
     return out;
@@ -232,10 +239,16 @@ class RemoteStore final : public NodeClient {
     STRATA_RETURN_IF_ERROR(
         Call([&](grpc::ClientContext* c) { return stub_->RenewLease(c, req, &resp); },
              /*idempotent=*/true));
-    std::lock_guard lock(leases_mu_);
-    if (auto it = lease_expiry_.find(lease); it != lease_expiry_.end()) {
-      it->second = sent + Nanos{resp.ttl_ms()} * kNanosPerMilli;
+    const Nanos expiry = sent + Nanos{resp.ttl_ms()} * kNanosPerMilli;
+    {
+      std::lock_guard lock(staged_mu_);
+      if (auto it = staged_.find(lease); it != staged_.end()) {
+        it->second.expiry = expiry;
+        it->second.ttl = Nanos{resp.ttl_ms()} * kNanosPerMilli;
+      }
     }
+    std::lock_guard lock(leases_mu_);
+    if (auto it = lease_expiry_.find(lease); it != lease_expiry_.end()) it->second = expiry;
     return Status::Ok();
   }
 
@@ -274,6 +287,8 @@ class RemoteStore final : public NodeClient {
   struct Staged {
     std::vector<std::vector<std::byte>> buffers;
     std::vector<dataplane::DataPlaneClient::WriteOp> ops;
+    Nanos expiry = 0;  // the write lease's, on the steady clock
+    Nanos ttl = 0;     // and its length
   };
 
   Nanos Deadline() const { return SteadyClock().Now() + options_.timeout; }
