@@ -449,6 +449,29 @@ TEST(UringRingTest, RetriesRefusedSubmitsAndBreaksOnFailure) {
 // A key erased and written again before the erase reached the index: the
 // new entry's index record must survive the old one's delete (it is what a
 // restart rebuilds from).
+// A ring that fails at the io_uring level fails its batch cleanly (nothing
+// indexed) and is replaced, so the tier goes on writing and reading.
+TEST(SsdTierTest, ABrokenRingIsReplacedAndTheTierGoesOn) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path());
+  o.rings = 1;                                  // the next batch takes the replacement
+  o.write_retry_interval = 5 * kNanosPerMilli;  // an I/O error pauses writes this long
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> payload = RandomBytes(100 << 10, 5);
+  tier->FailNextSubmitsForTesting(-EIO);
+  EXPECT_FALSE(tier->Write({Key(1), payload, 11, 7}).ok());
+  EXPECT_FALSE(tier->Lookup(Key(1)).has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(tier->Write({Key(1), payload, 11, 7}).ok());
+  std::vector<std::byte> out(payload.size());
+  ASSERT_TRUE(tier->Read({Key(1), out}).ok());
+  EXPECT_EQ(out, payload);
+  tier->FailNextSubmitsForTesting(-EIO);
+  EXPECT_FALSE(tier->Read({Key(1), out}).ok());  // a failed read drops nothing
+  ASSERT_TRUE(tier->Read({Key(1), out}).ok());
+  EXPECT_EQ(out, payload);
+}
+
 TEST(SsdTierTest, AKeyWrittenAgainDuringItsEraseSurvivesARestart) {
   TempDir dir;
   SsdTierOptions o = Options(dir.path());

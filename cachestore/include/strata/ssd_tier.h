@@ -185,8 +185,11 @@ class SsdTier {
 
   SsdTierStats Stats() const;
   const SsdTierOptions& options() const;
-  // Test hooks: where an entry's bytes live on disk.
+  // Test hooks: where an entry's bytes live on disk; every io_uring ring's
+  // next submission fails with `rc` (a ring-level failure: the ring breaks
+  // and is replaced when released). Call with no I/O in flight.
   std::string DataFilePathForTesting(uint32_t file) const;
+  void FailNextSubmitsForTesting(int rc);
 
  private:
   struct Impl;

@@ -1075,4 +1075,9 @@ std::string SsdTier::DataFilePathForTesting(uint32_t file) const {
   return file < impl_->paths.size() ? impl_->paths[file] : std::string();
 }
 
+void SsdTier::FailNextSubmitsForTesting(int rc) {
+  std::lock_guard lock(impl_->rings_mu);
+  for (const std::unique_ptr<UringRing>& r : impl_->rings) r->FailSubmitsForTesting(rc, 1);
+}
+
 }  // namespace strata
