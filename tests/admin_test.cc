@@ -156,15 +156,24 @@ Status Covers(CacheStore& store, const Principal& who, LeaseId lease, uint64_t o
   return Status::Ok();
 }
 
+const Principal kReaderA{"tenant-a", Role::kRead};
+
+// Commits all the tiny blocks of `tokens` and matches them with a 5 s read
+// lease, as a reader of the same tenant.
+Result<MatchResult> CommitAndLease(TestStore& t, const std::vector<uint32_t>& tokens) {
+  const size_t blocks = tokens.size() / testing::kTinyBlockTokens;
+  if (Result<PublishResult> r = t.CommitBlocks(tokens, 0, blocks); !r.ok()) return r.status();
+  Result<MatchResult> m = t.store->Match(kReaderA, t.Request(tokens, Seconds(5)));
+  if (m.ok() && m->blocks.size() != blocks) return Internal("not every block matched");
+  return m;
+}
+
 TEST(AdminTest, LeaseCoverageIsWhatTheDataPlaneChecks) {
   TestStore t;
   CacheStore& store = *t.store;
-  const auto a = Tokens(8, 5);
-  ASSERT_TRUE(t.CommitBlocks(a, 0, 2).ok());
-  const Principal reader{"tenant-a", Role::kRead};
-  auto m = store.Match(reader, t.Request(a, Seconds(5)));
-  ASSERT_TRUE(m.ok());
-  ASSERT_EQ(m->blocks.size(), 2u);
+  const Principal& reader = kReaderA;
+  auto m = CommitAndLease(t, Tokens(8, 5));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   const BlockMatch& b1 = m->blocks[1];
   EXPECT_NE(b1.checksum, 0u);
   EXPECT_TRUE(Covers(store, reader, m->lease, b1.location, b1.payload_bytes, false).ok());
@@ -229,12 +238,10 @@ bool Overlaps(const std::vector<Extent>& extents, uint64_t offset, uint64_t leng
 TEST(AdminTest, ATransferPinOutlivesItsLease) {
   TestStore t(16 * TinyGlobalLayout().PayloadBytes() + 4096, 1.0, 1.0);
   CacheStore& store = *t.store;
+  const Principal& reader = kReaderA;
   const auto a = Tokens(4, 7);
-  ASSERT_TRUE(t.CommitBlocks(a, 0, 1).ok());
-  const Principal reader{"tenant-a", Role::kRead};
-  auto m = store.Match(reader, t.Request(a, Seconds(5)));
-  ASSERT_TRUE(m.ok());
-  ASSERT_EQ(m->blocks.size(), 1u);
+  auto m = CommitAndLease(t, a);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
   const BlockMatch b = m->blocks[0];
   Result<RangePin> read_pin =
       store.PinLeasedRange(reader, m->lease, b.location, b.payload_bytes, false);

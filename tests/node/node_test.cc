@@ -194,12 +194,18 @@ TEST_F(NodeTest, FetchWithoutMatchLeaseTakesItsOwn) {
   EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);  // the fetch's own lease ended
 }
 
+// The GLOBAL_KV blocks of a prompt, as Reserve takes them.
+std::vector<CommitBlock> BlocksOf(const Prompt& p) {
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(p, 0, p.blocks.size(), false)) blocks.push_back(c.block);
+  return blocks;
+}
+
 TEST_F(NodeTest, ReserveStagePublishAndAbortAfterPartialWrite) {
   StartNode();
   auto store = Open(*node_, kTokenA.token);
   const Prompt p = MakePrompt(*store, 3, 5);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : Payloads(p, 0, 3, false)) blocks.push_back(c.block);
+  const std::vector<CommitBlock> blocks = BlocksOf(p);
 
   // Partial write, then abort: nothing becomes visible, nothing stays held.
   auto r = store->Reserve(TestModel(), blocks);
@@ -243,8 +249,7 @@ TEST_F(NodeTest, AbandonedReservationsAreReclaimed) {
   StartNode();
   auto store = Open(*node_, kTokenA.token);
   const Prompt p = MakePrompt(*store, 3, 6);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : Payloads(p, 0, 3, false)) blocks.push_back(c.block);
+  const std::vector<CommitBlock> blocks = BlocksOf(p);
   auto abandoned =
       store->Reserve(TestModel(), std::span(blocks).subspan(0, 1), 200 * kNanosPerMilli);
   ASSERT_TRUE(abandoned.ok()) << abandoned.status().ToString();
