@@ -20,6 +20,8 @@
 //  - Writes always use active messages: the node checks authorize_write,
 //    receives the data straight into the arena at `offset`, calls
 //    on_write_done and acks.
+//  - Every authorization returns a TransferHold that the node keeps until
+//    UCX is done with those bytes (reply sent, write landed, or failed).
 //  - Errors from the node travel back as a status code and message.
 //
 // kAuto resolves on the client: kRma when RMA is native for this endpoint —
