@@ -110,8 +110,7 @@ __global__ void QuantizeQuadKernel(BlockFormat fmt, const float* x, uint32_t qua
   if (fp4) {
     uint32_t codes = 0;  // a NaN group decodes as NaN through its scale; its NaNs store 0
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      codes |= uint32_t{IsNan(v[j]) ? uint8_t{0} : EncodeE2m1(v[j] * inv)} << (4 * j);
+    for (int j = 0; j < 4; ++j) codes |= uint32_t{EncodeE2m1Scaled(v[j], inv)} << (4 * j);
     *reinterpret_cast<uint16_t*>(e + first / 2) = static_cast<uint16_t>(codes);
     if (first % fmt.group == 0) e[fmt.CodeBytes() + first / fmt.group] = has_nan ? kE8m0Nan : scale;
   } else {
@@ -171,8 +170,8 @@ __global__ void QuantizeKernel(BlockFormat fmt, const float* x, size_t total_gro
     const uint32_t v = g * fmt.group + i;
     if (fp4) {
       if (i % 2) continue;
-      const uint8_t lo = IsNan(xg[i]) ? 0 : EncodeE2m1(xg[i] * inv);
-      const uint8_t hi = IsNan(xg[i + 1]) ? 0 : EncodeE2m1(xg[i + 1] * inv);
+      const uint8_t lo = EncodeE2m1Scaled(xg[i], inv);
+      const uint8_t hi = EncodeE2m1Scaled(xg[i + 1], inv);
       e[v / 2] = static_cast<uint8_t>(lo | (hi << 4));
     } else {
       e[v] = EncodeE4m3Scaled(xg[i], inv);

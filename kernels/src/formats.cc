@@ -33,9 +33,9 @@ void QuantizeEntry(const BlockFormat& fmt, const float* x, uint8_t* out) {
       scales[g] = has_nan ? kE8m0Nan : scale;
       uint8_t* codes = out + g * fmt.group / 2;
       // A NaN group decodes as NaN through its scale; its NaNs store code 0.
-      auto code = [&](float v) { return IsNan(v) ? uint8_t{0} : EncodeE2m1(v * inv); };
       for (uint32_t i = 0; i < fmt.group; i += 2) {
-        codes[i / 2] = static_cast<uint8_t>(code(xg[i]) | (code(xg[i + 1]) << 4));
+        codes[i / 2] = static_cast<uint8_t>(EncodeE2m1Scaled(xg[i], inv) |
+                                            (EncodeE2m1Scaled(xg[i + 1], inv) << 4));
       }
     } else {
       scales[g] = scale;

@@ -151,7 +151,8 @@ Status Engine::AddRequest(Request request) {
 
 uint32_t Engine::FetchRoom() const {
   const uint32_t free_pages = pool_.capacity() - pool_.used_pages();
-  return free_pages > StagingPages(pool_) ? free_pages - StagingPages(pool_) : 0;
+  const uint32_t staging = StagingPages(pool_);
+  return free_pages > staging ? free_pages - staging : 0;
 }
 
 // Plans a request: decoder start, chain keys, match, fetch, replay. With

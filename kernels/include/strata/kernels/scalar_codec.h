@@ -146,6 +146,12 @@ STRATA_HD uint8_t EncodeE4m3(float v) {
   return sign | static_cast<uint8_t>(r - ((127 - 7) << 3));  // < 448 before, <= 448 after
 }
 
+// EncodeE2m1(v * inv); a NaN stores code 0 (e2m1 has no NaN: its group's
+// scale byte says NaN instead).
+STRATA_HD uint8_t EncodeE2m1Scaled(float v, float inv) {
+  return IsNan(v) ? uint8_t{0} : EncodeE2m1(v * inv);
+}
+
 // EncodeE4m3(v * inv) for a finite inv, with a NaN encoded from v itself: the
 // product's NaN sign is the hardware's choice (x86 keeps it, CUDA does not).
 STRATA_HD uint8_t EncodeE4m3Scaled(float v, float inv) {
