@@ -35,9 +35,13 @@ TEST(LayoutTest, V41SwaSizes) {
   SwaShape shape;
   EXPECT_EQ(shape.Slots(), 134u);
   Layout l = MakeSwaLayout(kV41SwaLayoutId, shape);
-  ASSERT_EQ(l.groups.size(), 8u);
-  for (const LayerGroup& g : l.groups) EXPECT_EQ(g.bytes, 134u * 528);
-  EXPECT_EQ(l.BodyBytes(), 8u * 134 * 528);
+  ASSERT_EQ(l.groups.size(), 9u);  // eight rings, then the lineage
+  for (uint32_t g = 0; g < 8; ++g) EXPECT_EQ(l.groups[g].bytes, 134u * 528);
+  EXPECT_EQ(l.groups[8].name, "lineage");
+  EXPECT_EQ(l.groups[8].bytes, kSwaLineageBytes);
+  EXPECT_EQ(l.BodyBytes(), 8u * 134 * 528 + kSwaLineageBytes);
+  shape.lineage = false;
+  EXPECT_EQ(MakeSwaLayout(kV41SwaLayoutId, shape).BodyBytes(), 8u * 134 * 528);
 }
 
 TEST(LayoutTest, SealParseVerifyRoundTrip) {

@@ -104,11 +104,13 @@ int main(int argc, char** argv) {
       const WorkloadResult& r = (*results)[i];
       std::printf(
           "%s{\"item\":%zu,\"conversation\":\"%s\",\"turn\":%u,\"prompt_tokens\":%lu,"
-          "\"hit_tokens\":%lu,\"swa_hit\":%s,\"replayed_tokens\":%lu,\"computed_tokens\":%lu,"
+          "\"hit_tokens\":%lu,\"swa_hit\":%s,\"swa_rejected\":%s,\"replayed_tokens\":%lu,"
+          "\"computed_tokens\":%lu,"
           "\"recomputed_tokens\":%lu,\"output_tokens\":%zu,\"ttft_ms\":%.3f}",
           i ? "," : "", r.item, JsonEscape(r.conversation).c_str(), r.turn,
           static_cast<unsigned long>(r.stats.prompt_tokens),
           static_cast<unsigned long>(r.stats.hit_tokens), r.stats.swa_hit ? "true" : "false",
+          r.stats.swa_rejected ? "true" : "false",
           static_cast<unsigned long>(r.stats.replayed_tokens),
           static_cast<unsigned long>(r.stats.computed_tokens),
           static_cast<unsigned long>(r.stats.recomputed_tokens), r.output.size(),
@@ -127,7 +129,8 @@ int main(int argc, char** argv) {
     std::printf("%-5zu %-6s %-4u %8lu %8lu %4s %8lu %8lu %10lu %9.2f\n", r.item,
                 r.conversation.empty() ? "-" : r.conversation.c_str(), r.turn,
                 static_cast<unsigned long>(r.stats.prompt_tokens),
-                static_cast<unsigned long>(r.stats.hit_tokens), r.stats.swa_hit ? "yes" : "no",
+                static_cast<unsigned long>(r.stats.hit_tokens),
+                r.stats.swa_hit ? "yes" : (r.stats.swa_rejected ? "rej" : "no"),
                 static_cast<unsigned long>(r.stats.replayed_tokens),
                 static_cast<unsigned long>(r.stats.computed_tokens),
                 static_cast<unsigned long>(r.stats.recomputed_tokens), r.stats.ttft_s * 1e3);

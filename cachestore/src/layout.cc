@@ -101,6 +101,7 @@ Layout MakeSwaLayout(uint32_t id, const SwaShape& shape) {
   for (uint32_t l = 0; l < shape.layers; ++l) {
     layout.groups.push_back({"layer." + std::to_string(l), shape.Slots() * shape.position.Bytes()});
   }
+  if (shape.lineage) layout.groups.push_back({"lineage", kSwaLineageBytes});
   return layout;
 }
 

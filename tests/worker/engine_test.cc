@@ -169,6 +169,73 @@ TEST(EngineTest, SwaMissReplaysTheEncoderAndMatchesTheMaskedReference) {
   ExpectStoreQuiet(cache_b);
 }
 
+// Global KV computed after an encoder bounded replay is approximate, yet
+// published under the same chain keys as exact global KV. A store can then
+// hold one run's blocks and another run's SWA state for them; the request
+// must not pair them, but replay as if the state were missing.
+TEST(EngineTest, SwaStateOverOtherGlobalKvIsRejectedAndReplayed) {
+  // Exact: a cold turn 2 commits blocks 0..2 and the SWA state at 768.
+  auto exact = NewCacheStore();
+  auto exact_store = Attach(exact);
+  (void)RunOne(Options(exact_store.get()), Turn2());
+  // Mixed, and a twin of it: turn 2 on turn 1's blocks without SWA state
+  // replays, then commits block 2 as computed after the replay (no SWA).
+  auto mixed = StoreWithoutSwa();
+  auto mixed_store = Attach(mixed);
+  ASSERT_EQ(RunOne(Options(mixed_store.get()), Turn2()).stats.replayed_tokens, 128u);
+  auto twin = StoreWithoutSwa();
+  auto twin_store = Attach(twin);
+  (void)RunOne(Options(twin_store.get()), Turn2());
+
+  const std::vector<ChainKey> keys = KeysFor(Turn2());  // keys[b]: block b
+  ASSERT_EQ(keys.size(), 3u);
+  std::span<std::byte> exact_block =
+      exact->MutablePayloadForTesting(kAdmin, keys[2], StateKind::kGlobalKv);
+  std::span<std::byte> mixed_block =
+      mixed->MutablePayloadForTesting(kAdmin, keys[2], StateKind::kGlobalKv);
+  ASSERT_EQ(exact_block.size(), mixed_block.size());
+  ASSERT_NE(0, std::memcmp(exact_block.data(), mixed_block.data(), exact_block.size()))
+      << "block 2 computed after the replay should differ from the exact one";
+  // Copy the exact run's SWA state at 768 (after block 2) into `mixed`.
+  std::span<std::byte> swa = exact->MutablePayloadForTesting(kAdmin, keys[2], StateKind::kSwaState);
+  ASSERT_FALSE(swa.empty());
+  std::vector<std::byte> bytes(swa.begin(), swa.end());
+  CommitPayload cp;
+  cp.block = {keys[2], StateKind::kSwaState, kV41SwaLayoutId, bytes.size(), std::nullopt};
+  cp.bytes = bytes;
+  cp.checksum = Checksum64(std::span(bytes).first(MakeSwaLayout(kV41SwaLayoutId).HeaderBytes()));
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(TinyModel(), Options(nullptr));
+  ASSERT_TRUE(engine.ok());
+  Result<PublishResult> pub = mixed->Commit(kAdmin, (*engine)->model_id(), std::span(&cp, 1));
+  ASSERT_TRUE(pub.ok() && pub->blocks[0].ok());
+
+  // Turn 3 finds blocks 0..2 and that SWA state, rejects the state and
+  // replays: the same output as on the twin, where the state is missing.
+  std::vector<uint32_t> turn3 = Turn2();
+  const std::vector<uint32_t> more = Tokens(300, 3);
+  turn3.insert(turn3.end(), more.begin(), more.end());
+  const RunResult rejected = RunOne(Options(mixed_store.get()), turn3);
+  EXPECT_EQ(rejected.stats.hit_tokens, 768u);
+  EXPECT_FALSE(rejected.stats.swa_hit);
+  EXPECT_TRUE(rejected.stats.swa_rejected);
+  EXPECT_EQ(rejected.stats.replayed_tokens, 128u);
+  EXPECT_EQ(rejected.stats.recomputed_tokens, 0u);
+  const RunResult missing = RunOne(Options(twin_store.get()), turn3);
+  EXPECT_FALSE(missing.stats.swa_hit);
+  EXPECT_FALSE(missing.stats.swa_rejected);
+  EXPECT_EQ(missing.stats.replayed_tokens, 128u);
+  ExpectIdentical(missing, rejected);
+
+  // On the store whose blocks it was computed over, the state is used, and
+  // the output is the cold run's.
+  const RunResult warm = RunOne(Options(exact_store.get()), turn3);
+  EXPECT_TRUE(warm.stats.swa_hit);
+  EXPECT_FALSE(warm.stats.swa_rejected);
+  ExpectIdentical(RunOne(Options(nullptr), turn3), warm);
+  ExpectStoreQuiet(mixed);
+  ExpectStoreQuiet(exact);
+}
+
 // Forwards every call to a real store; the fault injectors below override
 // the calls they break.
 class ForwardingStore : public Store {
@@ -252,6 +319,7 @@ class StoreFaultTest : public ::testing::Test {
     EXPECT_EQ(r.stats.hit_tokens, 0u);
     EXPECT_EQ(r.stats.recomputed_tokens, 512u);
     EXPECT_GE(r.stats.store_errors, 1u);
+    EXPECT_GE(r.stats.committed_swa, 1u);  // the recomputation's state is exact
     ExpectStoreQuiet(cache_);
   }
   std::shared_ptr<CacheStore> cache_;

@@ -27,6 +27,15 @@ uint32_t StagingPages(const BlockPool& pool) {
   return std::min(kStagingPages, pool.capacity() / 4);
 }
 
+// The lineage of a prefix (SwaShape::lineage): each global KV block's entry
+// checksum chained onto the digest of the blocks before it. An SWA state
+// carries the lineage of the blocks it was computed over, so it is paired
+// only with those exact bytes.
+uint64_t ExtendLineage(uint64_t lineage, uint64_t block_checksum) {
+  const uint64_t words[2] = {lineage, block_checksum};
+  return Checksum64(std::as_bytes(std::span(words)));
+}
+
 }  // namespace
 
 enum class Phase : uint8_t { kQueued, kPrefill, kDecode };
@@ -55,7 +64,12 @@ struct Engine::Sequence {
   std::unique_ptr<FetchJob> fetch;
   std::vector<bool> group_loaded;
   bool swa_loaded = false;
-  bool fetch_failed = false;    // a layer found its layer group missing
+  bool fetch_failed = false;  // a layer found its layer group missing
+  bool swa_stale = false;     // the fetched SWA state descends from other global KV
+  // Digest of global KV blocks [0, lineage_blocks) as this run has them:
+  // fetched (the store's checksums) or computed and sealed here.
+  uint64_t lineage = 0;
+  uint32_t lineage_blocks = 0;
   bool done = false;            // finished; removed at the end of the step
   uint32_t deferred_pages = 0;  // queued: its fetch needs this many pages free
 };
@@ -114,6 +128,7 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
     group_offset_.push_back(off);
     off += g.bytes;
   }
+  swa_lineage_offset_ = swa_layout_.PayloadBytes() - kSwaLineageBytes;  // the last group
 }
 
 Engine::~Engine() {
@@ -167,6 +182,9 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   seq.state.Init(c);
   seq.cursor = 0;
   seq.replay_begin = -1;
+  seq.swa_stale = false;
+  seq.lineage = 0;
+  seq.lineage_blocks = 0;
   // Decoder bounded replay starts at a block boundary at least keep_tokens
   // before the end, so a hit boundary never lies past it.
   const int64_t keep_from = std::max<int64_t>(0, t - options_.keep_tokens);
@@ -238,6 +256,10 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
     return true;
   }
   seq.fetch_blocks = usable;
+  for (uint32_t b = 0; b < usable; ++b) {
+    seq.lineage = ExtendLineage(seq.lineage, seq.match.blocks[b].checksum);
+  }
+  seq.lineage_blocks = usable;
   seq.fetch_swa = seq.match.swa.has_value() && seq.match.swa->boundary_blocks == usable &&
                   seq.match.swa->entry.layout_id == kV41SwaLayoutId &&
                   seq.match.swa->entry.payload_bytes == swa_layout_.PayloadBytes();
@@ -261,14 +283,17 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   }
   seq.cursor = boundary;
   seq.stats.hit_tokens = static_cast<uint64_t>(boundary);
-  if (!seq.fetch_swa) {
-    // Encoder bounded replay: the last W tokens before the boundary rebuild
-    // the rings; local keys before them are invisible from now on.
-    seq.replay_begin = std::max<int64_t>(0, boundary - c.window);
-    seq.state.encoder_replay_start = seq.replay_begin;
-    seq.stats.replayed_tokens = static_cast<uint64_t>(boundary - seq.replay_begin);
-  }
+  if (!seq.fetch_swa) PlanEncoderReplay(seq);
   return true;
+}
+
+// Encoder bounded replay: the last W tokens before the hit boundary rebuild
+// the rings; local keys before them are invisible from now on.
+void Engine::PlanEncoderReplay(Sequence& seq) {
+  const int64_t boundary = int64_t{seq.fetch_blocks} * model_.config.block_tokens;
+  seq.replay_begin = std::max<int64_t>(0, boundary - model_.config.window);
+  seq.state.encoder_replay_start = seq.replay_begin;
+  seq.stats.replayed_tokens = static_cast<uint64_t>(boundary - seq.replay_begin);
 }
 
 // Waits for what layer `layer` reads; false when the fetch failed under it.
@@ -296,6 +321,15 @@ bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
   if (seq.fetch_swa && !seq.swa_loaded) {
     if (!seq.fetch->WaitSwa()) {
       seq.fetch_failed = true;
+      return false;
+    }
+    // Verified bytes, but maybe over other global KV than the store now
+    // holds under these keys (another run's, say after a replay): then the
+    // rings are rebuilt by replay instead. Nothing of the item has run yet.
+    uint64_t lineage = 0;
+    std::memcpy(&lineage, seq.swa_buffer.data() + swa_lineage_offset_, sizeof(lineage));
+    if (seq.lineage_blocks != seq.fetch_blocks || lineage != seq.lineage) {
+      seq.swa_stale = true;
       return false;
     }
     const uint64_t ring_bytes = uint64_t{c.ring_slots} * kSlotBytes;
@@ -352,11 +386,10 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
     seq.keys.push_back(ChainKeys::Next(seq.keys.back(),
                                        std::span<const uint32_t>(seq.tokens).subspan(i * bt, bt)));
   }
-  if (!seq.use_store || block < seq.committed_upto) return;
-  if (!store_health_->Usable()) {
-    ++seq.stats.store_skipped;
-    return;
-  }
+  if (!seq.use_store) return;
+  // Sealed even when it is not committed (the store out of reach, or the
+  // block committed before a restart): the SWA states after it need its
+  // checksum in their lineage.
   Result<uint32_t> page = pool_.Allocate();
   if (!page.ok()) return;  // no staging page: the block is simply not cached
   std::span<std::byte> payload = pool_.Page(*page).first(global_layout_.PayloadBytes());
@@ -370,7 +403,16 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
                 uint64_t{per_block} * kIndexBytes);
   }
   Result<uint64_t> checksum = SealPayload(global_layout_, bt, payload);
-  if (checksum.ok()) {
+  if (checksum.ok() && block == seq.lineage_blocks) {
+    seq.lineage = ExtendLineage(seq.lineage, *checksum);
+    ++seq.lineage_blocks;
+  }
+  bool commit = checksum.ok() && block >= seq.committed_upto;
+  if (commit && !store_health_->Usable()) {
+    ++seq.stats.store_skipped;
+    commit = false;
+  }
+  if (commit) {
     CommitPayload cp;
     cp.block = {seq.keys[block + 1], StateKind::kGlobalKv, kV41GlobalKvLayoutId, payload.size(),
                 std::nullopt};
@@ -395,6 +437,7 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
   // Only state that descends from an exact prefix is worth sharing: after
   // an encoder bounded replay the rings are approximate.
   if (seq.state.encoder_replay_start != 0) return;
+  if (seq.lineage_blocks != boundary_blocks) return;  // a block before it was never sealed
   if (!store_health_->Usable()) {
     ++seq.stats.store_skipped;
     return;
@@ -407,6 +450,7 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
     std::memcpy(payload.data() + swa_layout_.HeaderBytes() + l * ring_bytes,
                 seq.state.rings[l].data(), ring_bytes);
   }
+  std::memcpy(payload.data() + swa_lineage_offset_, &seq.lineage, sizeof(seq.lineage));
   const uint32_t live = static_cast<uint32_t>(
       std::min<uint64_t>(uint64_t{boundary_blocks} * c.block_tokens, c.ring_slots));
   Result<uint64_t> checksum = SealPayload(swa_layout_, live, payload);
@@ -524,6 +568,13 @@ std::vector<StepOutput> Engine::Step() {
 
   for (size_t i = 0; i < items.size(); ++i) {
     Sequence& seq = *owners[i];
+    if (seq.swa_stale) {
+      seq.swa_stale = false;
+      seq.fetch_swa = false;
+      seq.stats.swa_rejected = true;
+      PlanEncoderReplay(seq);  // runs next step, on the fetched global KV
+      continue;
+    }
     bool failed = seq.fetch_failed;
     if (!failed && seq.fetch && !is_replay[i]) {
       // Every layer group has been read once the decoder ran: the transfer

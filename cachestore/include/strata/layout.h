@@ -91,12 +91,19 @@ struct GlobalKvShape {
 };
 Layout MakeGlobalKvLayout(uint32_t id, const GlobalKvShape& shape = {});
 
-// Sliding-window state: per layer a ring of window + speculative slots.
+// Sliding-window state: per layer a ring of window + speculative slots,
+// then a `lineage` group: a digest of the global KV entries the rings were
+// computed over (the producer's to define; the worker chains their entry
+// checksums). Two runs can publish different global KV under the same
+// chain keys (an encoder bounded replay approximates it), so a reader
+// pairs a state only with the exact bytes it descends from.
+constexpr uint64_t kSwaLineageBytes = 8;
 struct SwaShape {
   uint32_t layers = 8;
   uint32_t window = 128;
   uint32_t speculative_slots = 6;
   ScaledFormat position = kSwaPosition;
+  bool lineage = true;
   uint32_t Slots() const { return window + speculative_slots; }
 };
 Layout MakeSwaLayout(uint32_t id, const SwaShape& shape = {});

@@ -70,6 +70,7 @@ struct RequestStats {
   uint64_t matched_tokens = 0;     // global KV the store reported
   uint64_t hit_tokens = 0;         // global KV fetched and used
   bool swa_hit = false;            // SWA state fetched and used (exact path)
+  bool swa_rejected = false;       // SWA state found, but over other global KV: replayed
   uint64_t replayed_tokens = 0;    // encoder bounded replay
   uint64_t computed_tokens = 0;    // prompt tokens prefilled (incl. after a fallback)
   uint64_t recomputed_tokens = 0;  // planned hits recomputed after a store failure
@@ -127,6 +128,7 @@ class Engine {
  private:
   Engine(const ModelWeights& model, EngineOptions options);
   bool Admit(Sequence& seq, bool may_defer);
+  void PlanEncoderReplay(Sequence& seq);
   uint32_t FetchRoom() const;  // pool pages a new fetch may take now
   void Restart(Sequence& seq, const std::string& why);
   bool BeforeLayer(Sequence& seq, uint32_t layer);
@@ -142,6 +144,7 @@ class Engine {
   ModelId model_id_;
   Layout global_layout_, swa_layout_;
   std::vector<uint64_t> group_offset_;  // per source: offset of its group in a payload
+  uint64_t swa_lineage_offset_ = 0;     // of the SWA payload's lineage group
   BlockPool pool_;
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
