@@ -3,10 +3,13 @@
 // tokens, then the hit ratio and cold vs warm TTFT.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "strata/chain_key.h"
 #include "strata/client.h"
+#include "strata/http_endpoint.h"
+#include "strata/metrics.h"
 #include "strata/worker/engine.h"
 #include "strata/worker/model.h"
 #include "strata/worker/workload.h"
@@ -37,6 +40,8 @@ int main(int argc, char** argv) {
   std::string token;
   uint64_t random_seed = 1;
   bool json = false;
+  std::string metrics_listen;
+  std::string metrics_file;
   strata::worker::EngineOptions eo;
   app.add_option("--store", store_uri, "Store URI: inproc:// or strata://host:port");
   app.add_option("--token", token, "Bearer token for strata://");
@@ -51,6 +56,10 @@ int main(int argc, char** argv) {
   app.add_option("--pool-pages", eo.pool_pages, "Block pool pages")
       ->check(CLI::Range(1u, 1u << 16));
   app.add_flag("--json", json, "One JSON object instead of tables");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve /metrics (Prometheus text) and /healthz on host:port while running");
+  app.add_option("--metrics-file", metrics_file,
+                 "Write the metrics (Prometheus text) here at the end");
   CLI11_PARSE(app, argc, argv);
 
   using namespace strata::worker;
@@ -74,10 +83,28 @@ int main(int argc, char** argv) {
   strata::Result<std::unique_ptr<strata::Store>> store = strata::OpenStore(store_uri, co);
   if (!store.ok()) return Fail(store.status());
   eo.store = store->get();
+  strata::MetricsRegistry metrics;
+  eo.metrics = &metrics;
+  std::unique_ptr<strata::HttpEndpoint> http;
+  if (!metrics_listen.empty()) {
+    auto started = strata::HttpEndpoint::Start(
+        metrics_listen, [&metrics] { return metrics.RenderPrometheus(); }, [] { return true; });
+    if (!started.ok()) return Fail(started.status());
+    http = std::move(started).value();
+    std::fprintf(stderr, "strata-worker: metrics on http://%s:%d/metrics\n",
+                 metrics_listen.substr(0, metrics_listen.rfind(':')).c_str(), http->port());
+  }
   strata::Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());
   strata::Result<std::vector<WorkloadResult>> results = RunWorkload(**engine, *items);
   if (!results.ok()) return Fail(results.status());
+  if (!metrics_file.empty()) {
+    std::ofstream out(metrics_file, std::ios::trunc);
+    out << metrics.RenderPrometheus();
+    if (!out.flush()) {
+      return Fail(strata::Unavailable("cannot write the metrics to " + metrics_file));
+    }
+  }
 
   uint64_t prompt = 0, hit = 0, store_errors = 0, store_skipped = 0;
   double cold_ttft = 0, warm_ttft = 0;

@@ -1,6 +1,6 @@
 // The node's HTTP endpoint (/metrics, /healthz): serves, and stops at any
 // moment, even right after it started.
-#include "node/http_endpoint.h"
+#include "strata/http_endpoint.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

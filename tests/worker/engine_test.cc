@@ -12,6 +12,7 @@
 
 #include "node_process.h"
 #include "strata/client.h"
+#include "strata/metrics.h"
 #include "worker_test_util.h"
 
 namespace strata::worker {
@@ -35,6 +36,14 @@ std::vector<uint32_t> Turn1() { return Tokens(600, 1); }
 std::vector<uint32_t> Turn2() {
   std::vector<uint32_t> t = Turn1();
   const std::vector<uint32_t> more = Tokens(306, 2);
+  t.insert(t.end(), more.begin(), more.end());
+  return t;
+}
+// Turn 3 (1,206 tokens) decodes from 1024: it can use turn 2's three blocks
+// and the SWA state at turn 2's last prompt boundary (768).
+std::vector<uint32_t> Turn3() {
+  std::vector<uint32_t> t = Turn2();
+  const std::vector<uint32_t> more = Tokens(300, 3);
   t.insert(t.end(), more.begin(), more.end());
   return t;
 }
@@ -75,6 +84,15 @@ TEST(EngineTest, ColdAndWarmRunsAreBitIdentical) {
   const RunResult cold = RunOne(Options(nullptr), Turn2());
   EXPECT_EQ(cold.stats.computed_tokens, 906u);
   ExpectIdentical(cold, warm);
+
+  // Turn 3 resumes from the state the warm turn 2 committed at 768, over
+  // two fetched blocks and one it computed.
+  const std::vector<uint32_t> turn3 = Turn3();
+  const RunResult warm3 = RunOne(Options(store.get()), turn3);
+  EXPECT_EQ(warm3.stats.hit_tokens, 768u);
+  EXPECT_TRUE(warm3.stats.swa_hit);
+  EXPECT_FALSE(warm3.stats.swa_rejected);
+  ExpectIdentical(RunOne(Options(nullptr), turn3), warm3);
 
   // Rerunning turn 1 resumes exactly at its decoder start (SWA at 256).
   const RunResult rerun = RunOne(Options(store.get()), Turn1());
@@ -211,9 +229,7 @@ TEST(EngineTest, SwaStateOverOtherGlobalKvIsRejectedAndReplayed) {
 
   // Turn 3 finds blocks 0..2 and that SWA state, rejects the state and
   // replays: the same output as on the twin, where the state is missing.
-  std::vector<uint32_t> turn3 = Turn2();
-  const std::vector<uint32_t> more = Tokens(300, 3);
-  turn3.insert(turn3.end(), more.begin(), more.end());
+  const std::vector<uint32_t> turn3 = Turn3();
   const RunResult rejected = RunOne(Options(mixed_store.get()), turn3);
   EXPECT_EQ(rejected.stats.hit_tokens, 768u);
   EXPECT_FALSE(rejected.stats.swa_hit);
@@ -234,6 +250,48 @@ TEST(EngineTest, SwaStateOverOtherGlobalKvIsRejectedAndReplayed) {
   ExpectIdentical(RunOne(Options(nullptr), turn3), warm);
   ExpectStoreQuiet(mixed);
   ExpectStoreQuiet(exact);
+}
+
+// strata_worker_* metrics add up what each request got from the store.
+TEST(EngineMetricsTest, CountWhatEachRequestGotFromTheStore) {
+  MetricsRegistry registry;
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  EngineOptions o = Options(store.get());
+  o.metrics = &registry;
+  (void)RunOne(o, Turn1());                   // nothing to hit
+  const RunResult warm = RunOne(o, Turn2());  // 512 tokens and the SWA state
+  ASSERT_TRUE(warm.stats.swa_hit);
+  auto cache_b = StoreWithoutSwa();
+  auto store_b = Attach(cache_b);
+  EngineOptions ob = Options(store_b.get());
+  ob.metrics = &registry;
+  const RunResult replay = RunOne(ob, Turn2());  // 512 tokens, no SWA state: replay
+  ASSERT_EQ(replay.stats.replayed_tokens, 128u);
+
+  auto counter = [&](const std::string& name, const MetricLabels& labels = {}) {
+    return registry.GetCounter(name, "", labels)->Value();
+  };
+  EXPECT_EQ(counter("strata_worker_requests_total", {{"outcome", "finished"}}), 3u);
+  EXPECT_EQ(counter("strata_worker_requests_total", {{"outcome", "aborted"}}), 0u);
+  EXPECT_EQ(counter("strata_worker_prompt_tokens_total"), 600u + 906 + 906);
+  EXPECT_EQ(counter("strata_worker_hit_tokens_total"), 512u + 512);
+  EXPECT_EQ(counter("strata_worker_computed_tokens_total"), 600u + 394 + 394);
+  EXPECT_EQ(counter("strata_worker_replayed_tokens_total"), 128u);
+  EXPECT_EQ(counter("strata_worker_recomputed_tokens_total"), 0u);
+  EXPECT_EQ(counter("strata_worker_swa_states_total", {{"result", "hit"}}), 1u);
+  EXPECT_EQ(counter("strata_worker_swa_states_total", {{"result", "missing"}}), 1u);
+  EXPECT_EQ(counter("strata_worker_swa_states_total", {{"result", "rejected"}}), 0u);
+  EXPECT_EQ(counter("strata_worker_committed_blocks_total"),
+            warm.stats.committed_blocks + replay.stats.committed_blocks + 2);
+  const std::string text = registry.RenderPrometheus();
+  EXPECT_NE(text.find("strata_worker_fetch_seconds_count 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("strata_worker_fetch_first_layer_ready_seconds_count 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("strata_worker_match_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(text.find("strata_worker_ttft_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(text.find("strata_worker_running_requests 0\n"), std::string::npos);
+  EXPECT_NE(text.find("strata_worker_pool_pages_used 0\n"), std::string::npos);
 }
 
 // Forwards every call to a real store; the fault injectors below override

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine_metrics.h"
 #include "kv_transfer.h"
 #include "store_health.h"
 #include "strata/kernels/formats.h"
@@ -129,6 +130,7 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
     off += g.bytes;
   }
   swa_lineage_offset_ = swa_layout_.PayloadBytes() - kSwaLineageBytes;  // the last group
+  if (options_.metrics != nullptr) metrics_ = std::make_unique<EngineMetrics>(*options_.metrics);
 }
 
 Engine::~Engine() {
@@ -213,7 +215,9 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   mr.want_swa = true;
   mr.take_lease = true;
   mr.lease_ttl = options_.lease_ttl;
+  const Nanos match_start = clock_.Now();
   Result<MatchResult> match = options_.store->MatchKeys(mr);
+  if (metrics_) metrics_->OnMatch(SecondsBetween(match_start, clock_.Now()));
   store_health_->Record(match.status());
   if (!match.ok()) {
     ++seq.stats.store_errors;
@@ -328,7 +332,7 @@ bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
     // rings are rebuilt by replay instead. Nothing of the item has run yet.
     uint64_t lineage = 0;
     std::memcpy(&lineage, seq.swa_buffer.data() + swa_lineage_offset_, sizeof(lineage));
-    if (seq.lineage_blocks != seq.fetch_blocks || lineage != seq.lineage) {
+    if (lineage != seq.lineage) {
       seq.swa_stale = true;
       return false;
     }
@@ -368,6 +372,7 @@ void Engine::Restart(Sequence& seq, const std::string& /*why*/) {
   seq.stats.hit_tokens = 0;
   seq.stats.replayed_tokens = 0;
   seq.stats.swa_hit = false;
+  seq.stats.swa_rejected = false;
   ReleaseFetch(seq);
   seq.fetch_blocks = 0;
   seq.fetch_swa = false;
@@ -390,9 +395,16 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
   // Sealed even when it is not committed (the store out of reach, or the
   // block committed before a restart): the SWA states after it need its
   // checksum in their lineage.
+  // A staging page, or with none free the engine's own buffer: a block
+  // left unsealed would cost every later SWA state of the request.
   Result<uint32_t> page = pool_.Allocate();
-  if (!page.ok()) return;  // no staging page: the block is simply not cached
-  std::span<std::byte> payload = pool_.Page(*page).first(global_layout_.PayloadBytes());
+  std::span<std::byte> payload;
+  if (page.ok()) {
+    payload = pool_.Page(*page).first(global_layout_.PayloadBytes());
+  } else {
+    commit_scratch_.resize(global_layout_.PayloadBytes());
+    payload = commit_scratch_;
+  }
   for (uint32_t s = 0; s < c.sources.size(); ++s) {
     const uint32_t per_block = bt / c.sources[s].stride;
     std::byte* g = payload.data() + group_offset_[s];
@@ -428,7 +440,7 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
       ++seq.stats.store_errors;  // a full store or a missing parent: not cached, nothing lost
     }
   }
-  pool_.Unref(*page);
+  if (page.ok()) pool_.Unref(*page);
 }
 
 void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
@@ -556,7 +568,10 @@ std::vector<StepOutput> Engine::Step() {
     items.push_back(item);
     owners.push_back(&seq);
   }
-  if (items.empty()) return outputs;
+  if (items.empty()) {
+    if (metrics_) metrics_->OnStep(Counters());
+    return outputs;
+  }
 
   ForwardHooks hooks;
   hooks.before_layer = [&](uint32_t layer, size_t i) { return BeforeLayer(*owners[i], layer); };
@@ -585,6 +600,8 @@ std::vector<StepOutput> Engine::Step() {
         const FetchOutcome out = seq.fetch->Finish();
         store_health_->Record(out.status);
         failed = out.blocks_ready < seq.fetch_blocks || (seq.fetch_swa && !out.swa_ready);
+        if (!failed && metrics_)
+          metrics_->OnFetch(seq.fetch->FirstGroupSeconds(), seq.fetch->Seconds());
         if (!failed) ReleaseFetch(seq);
       }
     }
@@ -639,6 +656,7 @@ std::vector<StepOutput> Engine::Step() {
     }
     return false;
   });
+  if (metrics_) metrics_->OnStep(Counters());
   return outputs;
 }
 
@@ -654,6 +672,7 @@ StepOutput Engine::Finish(Sequence& seq, bool aborted) {
   seq.stats.total_s = SecondsBetween(seq.arrival, clock_.Now());
   out.stats = seq.stats;
   seq.done = true;
+  if (metrics_) metrics_->OnFinish(seq.stats, aborted);
   return out;
 }
 

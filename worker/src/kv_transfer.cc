@@ -10,6 +10,7 @@ FetchJob::FetchJob(Store& store, FetchRequest request, uint32_t groups)
     std::lock_guard lock(mu_);
     outcome_ = std::move(outcome);
     finished_ = true;
+    finished_at_ = SteadyClock::now();
     cv_.notify_all();
   });
 }
@@ -22,6 +23,7 @@ void FetchJob::OnEvent(const FetchEvent& e) {
   std::lock_guard lock(mu_);
   if (e.type == FetchEvent::Type::kLayerGroupDone && e.group < group_done_.size()) {
     group_done_[e.group] = e.block;  // the usable prefix at that point
+    if (!first_group_at_.has_value()) first_group_at_ = SteadyClock::now();
   } else if (e.type == FetchEvent::Type::kSwaReady) {
     swa_ready_ = true;
   }
@@ -47,6 +49,18 @@ FetchOutcome FetchJob::Finish() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mu_);
   return outcome_;
+}
+
+std::optional<double> FetchJob::FirstGroupSeconds() {
+  std::lock_guard lock(mu_);
+  if (!first_group_at_.has_value()) return std::nullopt;
+  return Since(*first_group_at_);
+}
+
+std::optional<double> FetchJob::Seconds() {
+  std::lock_guard lock(mu_);
+  if (!finished_at_.has_value()) return std::nullopt;
+  return Since(*finished_at_);
 }
 
 }  // namespace strata::worker

@@ -4,6 +4,7 @@
 // whichever thread performs the transfer.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -29,7 +30,17 @@ class FetchJob {
   bool WaitSwa();
   FetchOutcome Finish();  // waits for the transfer and joins
 
+  // Seconds from the start to the first layer group done everywhere, and
+  // to the end of the transfer (after Finish); nullopt if it never came.
+  std::optional<double> FirstGroupSeconds();
+  std::optional<double> Seconds();
+
  private:
+  using SteadyClock = std::chrono::steady_clock;
+  double Since(SteadyClock::time_point t) const {
+    return std::chrono::duration<double>(t - started_).count();
+  }
+
   void OnEvent(const FetchEvent& e);
 
   FetchRequest request_;
@@ -39,6 +50,9 @@ class FetchJob {
   bool swa_ready_ = false;
   bool finished_ = false;
   FetchOutcome outcome_;
+  const SteadyClock::time_point started_ = SteadyClock::now();
+  std::optional<SteadyClock::time_point> first_group_at_;
+  std::optional<SteadyClock::time_point> finished_at_;
   std::thread thread_;
 };
 

@@ -13,7 +13,7 @@
 
 #include "cluster/node_registration.h"
 #include "file_util.h"
-#include "http_endpoint.h"
+#include "strata/http_endpoint.h"
 #include "node_service.h"
 #include "strata/data_plane.h"
 

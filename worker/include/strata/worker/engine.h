@@ -30,6 +30,10 @@
 #include "strata/worker/model.h"
 #include "strata/worker/sampler.h"
 
+namespace strata {
+class MetricsRegistry;  // strata/metrics.h
+}
+
 namespace strata::worker {
 
 struct EngineOptions {
@@ -56,6 +60,7 @@ struct EngineOptions {
   // Threads for the long-context indexer scans, this one included;
   // 0 = one per hardware thread.
   uint32_t kernel_threads = 0;
+  MetricsRegistry* metrics = nullptr;  // strata_worker_* metrics go here; null: none
 };
 
 struct Request {
@@ -102,6 +107,7 @@ struct EngineCounters {
 };
 
 class StoreHealth;
+class EngineMetrics;
 
 class Engine {
  public:
@@ -143,14 +149,16 @@ class Engine {
   EngineOptions options_;
   ModelId model_id_;
   Layout global_layout_, swa_layout_;
-  std::vector<uint64_t> group_offset_;  // per source: offset of its group in a payload
-  uint64_t swa_lineage_offset_ = 0;     // of the SWA payload's lineage group
+  std::vector<uint64_t> group_offset_;     // per source: offset of its group in a payload
+  uint64_t swa_lineage_offset_ = 0;        // of the SWA payload's lineage group
+  std::vector<std::byte> commit_scratch_;  // commit staging when the pool has no page free
   BlockPool pool_;
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<uint64_t> order_;  // arrival order
   SteadyClock clock_;
   std::unique_ptr<StoreHealth> store_health_;
+  std::unique_ptr<EngineMetrics> metrics_;  // null without EngineOptions::metrics
 };
 
 }  // namespace strata::worker

@@ -1,4 +1,5 @@
-// HTTP /metrics (Prometheus text) and /healthz for a node (DESIGN §10).
+// HTTP /metrics (Prometheus text) and /healthz for a node or a worker
+// (DESIGN §10).
 #pragma once
 
 #include <functional>

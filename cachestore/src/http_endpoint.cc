@@ -1,4 +1,4 @@
-#include "http_endpoint.h"
+#include "strata/http_endpoint.h"
 
 #include <httplib.h>
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# strata-worker end to end on a tiny two-turn workload, in process: the
+# second turn hits, and --metrics-file / --metrics-listen expose the
+# strata_worker_* metrics that say so.
+set -euo pipefail
+worker=$1
+mkworkload=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$mkworkload" -o "$work/w" --conversations 1 --turns 2 --system-bytes 600 --turn-bytes 300 \
+  --max-new 4 >/dev/null
+"$worker" --store inproc:// --workload "$work/w" --metrics-file "$work/metrics.txt" \
+  --metrics-listen 127.0.0.1:0 >"$work/out.txt" 2>"$work/err.txt"
+cat "$work/out.txt"
+grep -q 'metrics on http://127.0.0.1:[1-9][0-9]*/metrics' "$work/err.txt" ||
+  { echo "no metrics address on stderr:"; cat "$work/err.txt"; exit 1; }
+check() {
+  grep -qE "$1" "$work/metrics.txt" || { echo "missing: $1"; cat "$work/metrics.txt"; exit 1; }
+}
+check '^strata_worker_requests_total\{outcome="finished"\} 2$'
+check '^strata_worker_hit_tokens_total [1-9][0-9]*$'
+check '^strata_worker_swa_states_total\{result="hit"\} 1$'
+check '^strata_worker_ttft_seconds_count 2$'
+# A metrics file that cannot be written is an error, not a silent loss.
+if "$worker" --store inproc:// --workload "$work/w" --metrics-file "$work/no/such/dir/m" \
+  >/dev/null 2>"$work/err2.txt"; then
+  echo "an unwritable --metrics-file was accepted"
+  exit 1
+fi
+grep -q "cannot write the metrics" "$work/err2.txt"
+echo "worker CLI metrics: ok"
