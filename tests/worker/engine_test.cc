@@ -187,6 +187,42 @@ TEST(EngineTest, SwaMissReplaysTheEncoderAndMatchesTheMaskedReference) {
   ExpectStoreQuiet(cache_b);
 }
 
+// Forwards every call to a real store; the fault injectors below override
+// the calls they break.
+class ForwardingStore : public Store {
+ public:
+  explicit ForwardingStore(Store& inner) : inner_(inner) {}
+  Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
+  FetchFuture Fetch(const FetchRequest& r) override { return inner_.Fetch(r); }
+  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
+                              Nanos ttl) override {
+    return inner_.Reserve(m, b, ttl);
+  }
+  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
+    return inner_.Publish(l, c);
+  }
+  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
+    return inner_.Commit(m, p);
+  }
+  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
+  Status Abort(LeaseId l) override { return inner_.Abort(l); }
+
+ protected:
+  Store& inner_;
+};
+
+// Counts the fetches that ask for an SWA state.
+class SwaFetchCountingStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  FetchFuture Fetch(const FetchRequest& r) override {
+    if (!r.swa_buffer.empty()) ++swa_fetches;
+    return inner_.Fetch(r);
+  }
+  int swa_fetches = 0;
+};
+
 // Global KV computed after an encoder bounded replay is approximate, yet
 // published under the same chain keys as exact global KV. A store can then
 // hold one run's blocks and another run's SWA state for them; the request
@@ -230,17 +266,33 @@ TEST(EngineTest, SwaStateOverOtherGlobalKvIsRejectedAndReplayed) {
   // Turn 3 finds blocks 0..2 and that SWA state, rejects the state and
   // replays: the same output as on the twin, where the state is missing.
   const std::vector<uint32_t> turn3 = Turn3();
-  const RunResult rejected = RunOne(Options(mixed_store.get()), turn3);
+  SwaFetchCountingStore counting(*mixed_store);
+  Result<std::unique_ptr<Engine>> on_mixed = Engine::Create(TinyModel(), Options(&counting));
+  ASSERT_TRUE(on_mixed.ok());
+  const RunResult rejected = RunOn(**on_mixed, 1, turn3);
   EXPECT_EQ(rejected.stats.hit_tokens, 768u);
   EXPECT_FALSE(rejected.stats.swa_hit);
   EXPECT_TRUE(rejected.stats.swa_rejected);
   EXPECT_EQ(rejected.stats.replayed_tokens, 128u);
   EXPECT_EQ(rejected.stats.recomputed_tokens, 0u);
+  EXPECT_EQ(counting.swa_fetches, 1);
   const RunResult missing = RunOne(Options(twin_store.get()), turn3);
   EXPECT_FALSE(missing.stats.swa_hit);
   EXPECT_FALSE(missing.stats.swa_rejected);
   EXPECT_EQ(missing.stats.replayed_tokens, 128u);
   ExpectIdentical(missing, rejected);
+
+  // Another prompt over the same three blocks meets the same pair: the
+  // engine replays without fetching the state again.
+  std::vector<uint32_t> turn2b = Turn2();
+  const std::vector<uint32_t> other = Tokens(100, 4);
+  turn2b.insert(turn2b.end(), other.begin(), other.end());  // decodes from 768
+  const RunResult again = RunOn(**on_mixed, 2, turn2b);
+  EXPECT_EQ(again.stats.hit_tokens, 768u);
+  EXPECT_TRUE(again.stats.swa_rejected);
+  EXPECT_EQ(again.stats.replayed_tokens, 128u);
+  EXPECT_EQ(counting.swa_fetches, 1);
+  ExpectIdentical(RunOne(Options(twin_store.get()), turn2b), again);
 
   // On the store whose blocks it was computed over, the state is used, and
   // the output is the cold run's.
@@ -293,31 +345,6 @@ TEST(EngineMetricsTest, CountWhatEachRequestGotFromTheStore) {
   EXPECT_NE(text.find("strata_worker_running_requests 0\n"), std::string::npos);
   EXPECT_NE(text.find("strata_worker_pool_pages_used 0\n"), std::string::npos);
 }
-
-// Forwards every call to a real store; the fault injectors below override
-// the calls they break.
-class ForwardingStore : public Store {
- public:
-  explicit ForwardingStore(Store& inner) : inner_(inner) {}
-  Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
-  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
-  FetchFuture Fetch(const FetchRequest& r) override { return inner_.Fetch(r); }
-  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
-                              Nanos ttl) override {
-    return inner_.Reserve(m, b, ttl);
-  }
-  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
-    return inner_.Publish(l, c);
-  }
-  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
-    return inner_.Commit(m, p);
-  }
-  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
-  Status Abort(LeaseId l) override { return inner_.Abort(l); }
-
- protected:
-  Store& inner_;
-};
 
 // A Store that forwards to a real in-process store and injects faults.
 class FaultyStore final : public ForwardingStore {

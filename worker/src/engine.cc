@@ -28,6 +28,9 @@ uint32_t StagingPages(const BlockPool& pool) {
   return std::min(kStagingPages, pool.capacity() / 4);
 }
 
+// How many (state, prefix) pairs Engine::stale_swa_ remembers.
+constexpr size_t kStaleSwaPairs = 4096;
+
 // The lineage of a prefix (SwaShape::lineage): each global KV block's entry
 // checksum chained onto the digest of the blocks before it. An SWA state
 // carries the lineage of the blocks it was computed over, so it is paired
@@ -267,6 +270,10 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   seq.fetch_swa = seq.match.swa.has_value() && seq.match.swa->boundary_blocks == usable &&
                   seq.match.swa->entry.layout_id == kV41SwaLayoutId &&
                   seq.match.swa->entry.payload_bytes == swa_layout_.PayloadBytes();
+  if (seq.fetch_swa && stale_swa_.contains(StaleSwaKey(seq))) {
+    seq.fetch_swa = false;  // rejected before over these very blocks: not worth the transfer
+    seq.stats.swa_rejected = true;
+  }
   FetchRequest fr;
   fr.match = &seq.match;
   fr.block_buffers = std::move(buffers);
@@ -289,6 +296,12 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   seq.stats.hit_tokens = static_cast<uint64_t>(boundary);
   if (!seq.fetch_swa) PlanEncoderReplay(seq);
   return true;
+}
+
+// The SWA state the match reported, paired with the lineage of the blocks
+// under it.
+uint64_t Engine::StaleSwaKey(const Sequence& seq) {
+  return ExtendLineage(seq.lineage, seq.match.swa->entry.checksum);
 }
 
 // Encoder bounded replay: the last W tokens before the hit boundary rebuild
@@ -587,6 +600,13 @@ std::vector<StepOutput> Engine::Step() {
       seq.swa_stale = false;
       seq.fetch_swa = false;
       seq.stats.swa_rejected = true;
+      if (stale_swa_.insert(StaleSwaKey(seq)).second) {
+        stale_swa_order_.push_back(StaleSwaKey(seq));
+        if (stale_swa_order_.size() > kStaleSwaPairs) {
+          stale_swa_.erase(stale_swa_order_.front());
+          stale_swa_order_.pop_front();
+        }
+      }
       PlanEncoderReplay(seq);  // runs next step, on the fetched global KV
       continue;
     }

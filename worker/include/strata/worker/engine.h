@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "strata/chain_key.h"
@@ -135,6 +137,7 @@ class Engine {
   Engine(const ModelWeights& model, EngineOptions options);
   bool Admit(Sequence& seq, bool may_defer);
   void PlanEncoderReplay(Sequence& seq);
+  static uint64_t StaleSwaKey(const Sequence& seq);
   uint32_t FetchRoom() const;  // pool pages a new fetch may take now
   void Restart(Sequence& seq, const std::string& why);
   bool BeforeLayer(Sequence& seq, uint32_t layer);
@@ -152,6 +155,11 @@ class Engine {
   std::vector<uint64_t> group_offset_;     // per source: offset of its group in a payload
   uint64_t swa_lineage_offset_ = 0;        // of the SWA payload's lineage group
   std::vector<std::byte> commit_scratch_;  // commit staging when the pool has no page free
+  // SWA states found to belong to other global KV than the blocks under
+  // them (StaleSwaKey): a request meeting the same pair again replays
+  // without fetching the state. The oldest are forgotten first.
+  std::unordered_set<uint64_t> stale_swa_;
+  std::deque<uint64_t> stale_swa_order_;
   BlockPool pool_;
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
