@@ -579,6 +579,37 @@ TEST(DataPlaneServerTest, StopsWithClientsConnectedAndNoDrain) {
   unsetenv("UCX_TLS");
 }
 
+// A peer that stops progressing mid-rendezvous leaves its transfer in
+// flight on the node, and the entry pinned, until UCX fails the endpoint:
+// stats() shows it and how old it is (the node's /metrics renders both),
+// and stopping the node still releases the hold.
+TEST(DataPlaneServerTest, StalledPeerShowsAsAnAgingTransferUntilShutdown) {
+  setenv("UCX_TLS", kShm, 1);
+  LocalNode node;
+  ASSERT_NE(node.server, nullptr);
+  auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ(node.server->stats().oldest_in_flight_seconds, 0);
+  // Authorized only after the client gave up: the rendezvous reply then
+  // waits for a client that no longer progresses.
+  std::vector<std::byte> dest(64 << 10);
+  const DataPlaneClient::ReadOp op{kSlowLease, 0, dest};
+  Status st = (*client)->Read(std::span(&op, 1), nullptr, In(50));
+  ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  DataPlaneServer::Stats stats;
+  for (int i = 0; i < 5000; ++i) {
+    stats = node.server->stats();
+    if (stats.in_flight == 1 && stats.oldest_in_flight_seconds >= 0.2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(stats.in_flight, 1u);
+  EXPECT_GE(stats.oldest_in_flight_seconds, 0.2);
+  EXPECT_EQ(node.holds_out.load(), 1);
+  node.server.reset();  // UCX warns that the stalled send never came back
+  EXPECT_EQ(node.holds_out.load(), 0);
+  unsetenv("UCX_TLS");
+}
+
 TEST(RdmaDevices, DiscoveryDoesNotCrashAndFindsNoneHere) {
   std::vector<std::string> devices = DiscoverRdmaDevices();
   for (const std::string& d : devices) EXPECT_FALSE(d.empty());

@@ -85,6 +85,14 @@ int main(int argc, char** argv) {
   eo.store = store->get();
   strata::MetricsRegistry metrics;
   eo.metrics = &metrics;
+  // Opened first: a path that cannot be written fails before the run.
+  std::ofstream metrics_out;
+  if (!metrics_file.empty()) {
+    metrics_out.open(metrics_file, std::ios::trunc);
+    if (!metrics_out) {
+      return Fail(strata::InvalidArgument("cannot write the metrics to " + metrics_file));
+    }
+  }
   std::unique_ptr<strata::HttpEndpoint> http;
   if (!metrics_listen.empty()) {
     auto started = strata::HttpEndpoint::Start(
@@ -97,14 +105,13 @@ int main(int argc, char** argv) {
   strata::Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());
   strata::Result<std::vector<WorkloadResult>> results = RunWorkload(**engine, *items);
-  if (!results.ok()) return Fail(results.status());
-  if (!metrics_file.empty()) {
-    std::ofstream out(metrics_file, std::ios::trunc);
-    out << metrics.RenderPrometheus();
-    if (!out.flush()) {
+  if (metrics_out.is_open()) {  // a failed run's metrics too
+    metrics_out << metrics.RenderPrometheus();
+    if (!metrics_out.flush()) {
       return Fail(strata::Unavailable("cannot write the metrics to " + metrics_file));
     }
   }
+  if (!results.ok()) return Fail(results.status());
 
   uint64_t prompt = 0, hit = 0, store_errors = 0, store_skipped = 0;
   double cold_ttft = 0, warm_ttft = 0;

@@ -20,7 +20,7 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
     if (ec != std::errc() || p != listen.data() + listen.size()) port = -1;
   }
   if (colon == std::string::npos || port < 0 || port > 65535) {
-    return InvalidArgument("http_listen must be host:port, got '" + listen + "'");
+    return InvalidArgument("the HTTP listen address must be host:port, got '" + listen + "'");
   }
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<HttpEndpoint> ep(new HttpEndpoint());

@@ -738,6 +738,12 @@ TEST_F(NodeTest, MetricsAndHealth) {
       << metrics->body.substr(0, 2000);
   EXPECT_NE(metrics->body.find("strata_hit_tokens_total 512"), std::string::npos);
   EXPECT_NE(metrics->body.find("strata_node_rpc_seconds_bucket"), std::string::npos);
+  // The data plane's own lines follow: nothing stuck in flight.
+  EXPECT_NE(metrics->body.find("# TYPE strata_dataplane_requests_total counter\n"),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find("\nstrata_dataplane_transfers_in_flight 0\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("\nstrata_dataplane_oldest_transfer_seconds 0\n"),
+            std::string::npos);
 }
 
 TEST_F(NodeTest, TlsControlPlane) {

@@ -557,7 +557,9 @@ class AbortTest : public ::testing::Test {
     cache_ = NewCacheStore();
     store_ = Attach(cache_);
     (void)RunOne(Options(store_.get()), Turn1());
-    Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), Options(store_.get()));
+    EngineOptions o = Options(store_.get());
+    o.metrics = &metrics_;
+    Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
     ASSERT_TRUE(e.ok());
     engine_ = std::move(e).value();
   }
@@ -577,7 +579,18 @@ class AbortTest : public ::testing::Test {
     EXPECT_EQ(c.running + c.queued, 0u);
     EXPECT_TRUE(engine_->Idle());
     ExpectStoreQuiet(cache_);
+    // The load gauges follow aborts without another step.
+    const std::string text = metrics_.RenderPrometheus();
+    for (const char* idle :
+         {"strata_worker_running_requests 0\n", "strata_worker_queued_requests 0\n",
+          "strata_worker_pool_pages_used 0\n"}) {
+      EXPECT_NE(text.find(idle), std::string::npos) << idle;
+    }
   }
+  uint64_t Counted(const std::string& name, const MetricLabels& labels = {}) {
+    return metrics_.GetCounter(name, "", labels)->Value();
+  }
+  MetricsRegistry metrics_;
   std::shared_ptr<CacheStore> cache_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Engine> engine_;
@@ -603,6 +616,10 @@ TEST_F(AbortTest, WhileFetching) {
   ASSERT_TRUE(engine_->AbortRequest(2).ok());
   ASSERT_TRUE(engine_->AbortRequest(1).ok());
   ExpectEverythingReturned();
+  // Aborted mid-fetch: counted as aborted, not as hits it never used.
+  EXPECT_EQ(Counted("strata_worker_requests_total", {{"outcome", "aborted"}}), 2u);
+  EXPECT_EQ(Counted("strata_worker_hit_tokens_total"), 0u);
+  EXPECT_EQ(Counted("strata_worker_swa_states_total", {{"result", "missing"}}), 0u);
 }
 
 TEST_F(AbortTest, WhilePrefilling) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # strata-worker end to end on a tiny two-turn workload, in process: the
-# second turn hits, and --metrics-file / --metrics-listen expose the
-# strata_worker_* metrics that say so.
+# second turn hits, and --metrics-file writes the strata_worker_* metrics
+# that say so; --metrics-listen starts the endpoint (HttpEndpointTest checks
+# what it serves); bad paths and addresses fail before the run.
 set -euo pipefail
 worker=$1
 mkworkload=$2
@@ -27,5 +28,14 @@ if "$worker" --store inproc:// --workload "$work/w" --metrics-file "$work/no/suc
   echo "an unwritable --metrics-file was accepted"
   exit 1
 fi
-grep -q "cannot write the metrics" "$work/err2.txt"
+grep -q "cannot write the metrics" "$work/err2.txt" ||
+  { echo "unexpected error text:"; cat "$work/err2.txt"; exit 1; }
+# So is a listen address that is not host:port.
+if "$worker" --store inproc:// --workload "$work/w" --metrics-listen nonsense \
+  >/dev/null 2>"$work/err3.txt"; then
+  echo "a bad --metrics-listen was accepted"
+  exit 1
+fi
+grep -q "must be host:port" "$work/err3.txt" ||
+  { echo "unexpected error text:"; cat "$work/err3.txt"; exit 1; }
 echo "worker CLI metrics: ok"

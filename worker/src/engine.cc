@@ -166,6 +166,7 @@ Status Engine::AddRequest(Request request) {
   seq->req = std::move(request);
   order_.push_back(seq->req.id);
   seqs_.emplace(seq->req.id, std::move(seq));
+  if (metrics_) metrics_->SetLoad(Counters());
   return Status::Ok();
 }
 
@@ -582,7 +583,7 @@ std::vector<StepOutput> Engine::Step() {
     owners.push_back(&seq);
   }
   if (items.empty()) {
-    if (metrics_) metrics_->OnStep(Counters());
+    if (metrics_) metrics_->SetLoad(Counters());
     return outputs;
   }
 
@@ -654,6 +655,7 @@ std::vector<StepOutput> Engine::Step() {
     if (!seq.first_token_out) {
       seq.first_token_out = true;
       seq.stats.ttft_s = SecondsBetween(seq.arrival, clock_.Now());
+      if (metrics_) metrics_->OnFirstToken(seq.stats.ttft_s);
     }
     seq.generated.push_back(token);
     seq.tokens.push_back(token);
@@ -676,7 +678,7 @@ std::vector<StepOutput> Engine::Step() {
     }
     return false;
   });
-  if (metrics_) metrics_->OnStep(Counters());
+  if (metrics_) metrics_->SetLoad(Counters());
   return outputs;
 }
 
@@ -704,6 +706,7 @@ Status Engine::AbortRequest(uint64_t id) {
   (void)Finish(*it->second, /*aborted=*/true);
   seqs_.erase(it);
   std::erase(order_, id);
+  if (metrics_) metrics_->SetLoad(Counters());
   return Status::Ok();
 }
 

@@ -35,8 +35,9 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r) {
                                "Store calls that failed (the work was recomputed or not cached).");
   store_skipped_ = r.GetCounter("strata_worker_store_skipped_total",
                                 "Store calls not tried: the store was out of reach.");
-  match_seconds_ =
-      r.GetHistogram("strata_worker_match_seconds", "Latency of a prompt's match.", latency);
+  match_seconds_ = r.GetHistogram(
+      "strata_worker_match_seconds",
+      "Latency of a match call (a request deferred for pool pages matches again).", latency);
   fetch_seconds_ = r.GetHistogram("strata_worker_fetch_seconds",
                                   "From the start of a fetch to its last byte.", latency);
   first_layer_seconds_ =
@@ -56,14 +57,21 @@ void EngineMetrics::OnFetch(std::optional<double> first_group_seconds,
   if (seconds.has_value()) fetch_seconds_->Observe(*seconds);
 }
 
+void EngineMetrics::OnFirstToken(double ttft_seconds) { ttft_seconds_->Observe(ttft_seconds); }
+
 void EngineMetrics::OnFinish(const RequestStats& s, bool aborted) {
   (aborted ? aborted_ : finished_)->Increment();
   prompt_tokens_->Increment(s.prompt_tokens);
+  computed_tokens_->Increment(s.computed_tokens);
+  recomputed_tokens_->Increment(s.recomputed_tokens);
+  committed_blocks_->Increment(s.committed_blocks);
+  committed_swa_->Increment(s.committed_swa);
+  store_errors_->Increment(s.store_errors);
+  store_skipped_->Increment(s.store_skipped);
+  if (aborted) return;
   matched_tokens_->Increment(s.matched_tokens);
   hit_tokens_->Increment(s.hit_tokens);
-  computed_tokens_->Increment(s.computed_tokens);
   replayed_tokens_->Increment(s.replayed_tokens);
-  recomputed_tokens_->Increment(s.recomputed_tokens);
   if (s.swa_hit) {
     swa_hit_->Increment();
   } else if (s.swa_rejected) {
@@ -71,14 +79,9 @@ void EngineMetrics::OnFinish(const RequestStats& s, bool aborted) {
   } else if (s.hit_tokens > 0) {
     swa_missing_->Increment();
   }
-  committed_blocks_->Increment(s.committed_blocks);
-  committed_swa_->Increment(s.committed_swa);
-  store_errors_->Increment(s.store_errors);
-  store_skipped_->Increment(s.store_skipped);
-  if (!aborted) ttft_seconds_->Observe(s.ttft_s);
 }
 
-void EngineMetrics::OnStep(const EngineCounters& c) {
+void EngineMetrics::SetLoad(const EngineCounters& c) {
   running_->Set(c.running);
   queued_->Set(c.queued);
   pool_pages_used_->Set(c.pool_pages_used);

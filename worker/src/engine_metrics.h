@@ -18,8 +18,11 @@ class EngineMetrics {
   void OnMatch(double seconds);
   // A fetch whose bytes were all used: its first layer group and its end.
   void OnFetch(std::optional<double> first_group_seconds, std::optional<double> seconds);
+  void OnFirstToken(double ttft_seconds);
+  // An aborted request counts its outcome and the work done, not what it
+  // had planned to get from the store.
   void OnFinish(const RequestStats& stats, bool aborted);
-  void OnStep(const EngineCounters& counters);
+  void SetLoad(const EngineCounters& counters);
 
  private:
   Counter* finished_;

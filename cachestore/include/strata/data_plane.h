@@ -158,11 +158,15 @@ class DataPlaneServer {
   Status Drain(Nanos deadline);
 
   struct Stats {
-    uint64_t bytes_sent = 0;                // read replies completed
-    uint64_t bytes_received = 0;            // writes landed
-    uint64_t requests = 0;                  // active-message requests seen
-    uint64_t rejected = 0;                  // answered with an error
-    uint64_t in_flight = 0;                 // replies / writes not finished yet
+    uint64_t bytes_sent = 0;      // read replies completed
+    uint64_t bytes_received = 0;  // writes landed
+    uint64_t requests = 0;        // active-message requests seen
+    uint64_t rejected = 0;        // answered with an error
+    uint64_t in_flight = 0;       // replies / writes not finished yet
+    // Age of the oldest of those UCX has not finished. A transfer pins its
+    // entry until then; one that a stalled peer never completes shows here
+    // (it ends only when UCX fails the endpoint).
+    double oldest_in_flight_seconds = 0;
     std::vector<std::string> transports;    // "tcp/eth0", "posix/memory", ...
     std::vector<std::string> rdma_devices;  // DiscoverRdmaDevices()
   };

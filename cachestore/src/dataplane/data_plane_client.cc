@@ -334,7 +334,14 @@ struct DataPlaneClient::Impl {
     while (true) {
       for (size_t i : call->completed) report(i);
       call->completed.clear();
-      if (call->done == call->ops.size() && call->outstanding == 0) return first_error;
+      if (call->done == call->ops.size() && call->outstanding == 0) {
+        // UCX may still hold acks of rendezvous replies (the node's send,
+        // and the entry it pins, end only when they arrive): hand them
+        // over before going idle.
+        while (ucp_worker_progress(ucx->worker) != 0) {
+        }
+        return first_error;
+      }
       if (!ep_failure.ok() || SteadyNow() > deadline) break;
       ucp_worker_progress(ucx->worker);
     }

@@ -1,7 +1,10 @@
 // The node's side of the data plane: one UCX worker driven by one progress
 // thread, the arena registered once, active-message handlers that check
 // Access and answer straight from / into the arena.
+#include <poll.h>
+
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -27,6 +30,11 @@ namespace {
 // After activity the progress thread spins this long before sleeping on the
 // worker's event fd: back-to-back requests then cost no wake-up.
 constexpr Nanos kSpinNanos = 100'000;
+// The longest the progress thread sleeps on the worker's event fd. UCX 1.13
+// can miss a wakeup on shared memory (a rendezvous ack that arrives as the
+// thread arms): without a bound the send, and the entry it pins, would wait
+// for the next unrelated event.
+constexpr int kMaxSleepMs = 5;
 }  // namespace
 
 struct DataPlaneServer::Impl {
@@ -45,12 +53,14 @@ struct DataPlaneServer::Impl {
     // What the authorization pinned, released with the Pending once UCX is
     // done with the arena bytes.
     std::vector<TransferHold> holds;
+    Nanos started = internal::SteadyNow();
   };
 
   std::span<std::byte> region;
   Access access;
   ServerOptions options;
   std::unique_ptr<internal::UcxWorker> ucx;
+  int efd = -1;  // the worker's event fd (owned by UCX), polled with a bound
   ucp_mem_h memh = nullptr;
   std::string worker_address;
   std::string packed_rkey;
@@ -67,7 +77,19 @@ struct DataPlaneServer::Impl {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> in_flight{0};
-  std::unordered_set<Pending*> pending;  // progress thread only
+  // Changed by the progress thread only (under pending_mu, so that stats()
+  // can look at how old the oldest is).
+  std::unordered_set<Pending*> pending;
+  mutable std::mutex pending_mu;
+
+  void Track(Pending* p) {
+    std::lock_guard lock(pending_mu);
+    pending.insert(p);
+  }
+  void Untrack(Pending* p) {
+    std::lock_guard lock(pending_mu);
+    pending.erase(p);
+  }
 
   ~Impl() {
     if (thread.joinable()) {
@@ -93,7 +115,12 @@ struct DataPlaneServer::Impl {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
         continue;
       }
-      ucp_worker_wait(ucx->worker);
+      if (efd >= 0) {
+        pollfd p{efd, POLLIN, 0};
+        (void)poll(&p, 1, kMaxSleepMs);
+      } else {
+        ucp_worker_wait(ucx->worker);
+      }
       last_active = internal::SteadyNow();
     }
   }
@@ -111,6 +138,7 @@ struct DataPlaneServer::Impl {
     // delete their Pending); whatever it did not complete is ours to delete.
     ucp_worker_destroy(ucx->worker);
     ucx->worker = nullptr;
+    std::lock_guard lock(pending_mu);
     for (Pending* p : pending) delete p;
     pending.clear();
     ucx.reset();
@@ -127,7 +155,7 @@ struct DataPlaneServer::Impl {
   void FinishSend(Pending* p, ucs_status_t status) {
     if (status == UCS_OK) bytes_sent.fetch_add(p->payload_bytes, std::memory_order_relaxed);
     in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    pending.erase(p);
+    Untrack(p);
     delete p;
   }
 
@@ -191,7 +219,7 @@ struct DataPlaneServer::Impl {
     } else if (UCS_PTR_IS_ERR(r)) {
       FinishSend(p, UCS_PTR_STATUS(r));
     } else {
-      pending.insert(p);
+      Track(p);
     }
   }
 
@@ -358,7 +386,7 @@ struct DataPlaneServer::Impl {
     if (r == nullptr || UCS_PTR_IS_ERR(r)) {
       self->FinishWriteRecv(p, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
     } else {
-      self->pending.insert(p);
+      self->Track(p);
     }
     return UCS_OK;
   }
@@ -373,7 +401,7 @@ struct DataPlaneServer::Impl {
   void FinishWriteRecv(Pending* p, ucs_status_t status) {
     const RequestHeader h = p->request;
     ucp_ep_h ep = p->reply_ep;
-    pending.erase(p);
+    Untrack(p);
     delete p;
     in_flight.fetch_sub(1, std::memory_order_acq_rel);
     if (destroying) return;  // the worker is going away: no acks any more
@@ -470,6 +498,7 @@ Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::spa
       internal::SetAmHandler(worker, kAmReadvRequest, &Impl::OnReadvRequest, raw));
   STRATA_RETURN_IF_ERROR(
       internal::SetAmHandler(worker, kAmWriteRequest, &Impl::OnWriteRequest, raw));
+  if (ucp_worker_get_efd(worker, &impl->efd) != UCS_OK) impl->efd = -1;  // ucp_worker_wait then
   impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<DataPlaneServer>(new DataPlaneServer(std::move(impl)));
 }
@@ -503,6 +532,16 @@ DataPlaneServer::Stats DataPlaneServer::stats() const {
   s.requests = impl_->requests.load(std::memory_order_relaxed);
   s.rejected = impl_->rejected.load(std::memory_order_relaxed);
   s.in_flight = impl_->in_flight.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    Nanos oldest = 0;
+    for (const Impl::Pending* p : impl_->pending) {
+      if (oldest == 0 || p->started < oldest) oldest = p->started;
+    }
+    if (oldest != 0) {
+      s.oldest_in_flight_seconds = static_cast<double>(internal::SteadyNow() - oldest) / 1e9;
+    }
+  }
   s.transports = impl_->transports;
   s.rdma_devices = impl_->rdma_devices;
   return s;

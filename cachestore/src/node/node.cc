@@ -13,9 +13,9 @@
 
 #include "cluster/node_registration.h"
 #include "file_util.h"
-#include "strata/http_endpoint.h"
 #include "node_service.h"
 #include "strata/data_plane.h"
+#include "strata/http_endpoint.h"
 
 namespace strata {
 namespace {
@@ -28,6 +28,29 @@ std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   return name;
+}
+
+// The data plane's active-message traffic in Prometheus text, rendered after
+// the store's metrics on /metrics. RMA reads bypass the node: not counted.
+std::string DataPlaneMetricsText(const dataplane::DataPlaneServer::Stats& d) {
+  std::ostringstream out;
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+        << name << ' ' << value << '\n';
+  };
+  family("strata_dataplane_bytes_sent_total", "counter", "Bytes of read replies completed.",
+         d.bytes_sent);
+  family("strata_dataplane_bytes_received_total", "counter", "Bytes of writes landed.",
+         d.bytes_received);
+  family("strata_dataplane_requests_total", "counter", "Active-message requests seen.", d.requests);
+  family("strata_dataplane_rejected_total", "counter", "Requests answered with an error.",
+         d.rejected);
+  family("strata_dataplane_transfers_in_flight", "gauge",
+         "Replies and writes UCX has not finished; each pins its entry.", d.in_flight);
+  family("strata_dataplane_oldest_transfer_seconds", "gauge",
+         "Age of the oldest transfer in flight (a stalled peer shows here), 0 if none.",
+         d.oldest_in_flight_seconds);
+  return out.str();
 }
 
 // Registers the node in etcd (cluster.etcd_endpoints set); the record
@@ -229,7 +252,12 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   if (!config.http_listen.empty()) {
     NodeState* s = &st;
     Result<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
-        config.http_listen, [s] { return s->metrics->RenderPrometheus(); },
+        config.http_listen,
+        [s] {
+          std::string text = s->metrics->RenderPrometheus();
+          if (s->data_plane != nullptr) text += DataPlaneMetricsText(s->data_plane->stats());
+          return text;
+        },
         [s] { return !s->draining.load(); });
     if (!http.ok()) {
       impl->server->Shutdown();
