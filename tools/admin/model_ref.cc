@@ -32,8 +32,8 @@ Result<ModelId> ResolveModel(const std::string& ref) {
   }
   fp.tokenizer_version = "bytes/1";
   fp.chat_template_version = "none";
-  fp.kv_layout_version = kV41GlobalKvLayoutId;
-  fp.precision = "fp4-e2m1+mxfp8";
+  fp.kv_layout_version = kV41KvLayoutVersion;
+  fp.precision = kV41Precision;
   return fp.Id();
 }
 

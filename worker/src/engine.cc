@@ -124,8 +124,8 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
   fp.weights_revision = options_.weights_revision;
   fp.tokenizer_version = ByteTokenizer::kVersion;
   fp.chat_template_version = "none";
-  fp.kv_layout_version = kV41GlobalKvLayoutId;
-  fp.precision = "fp4-e2m1+mxfp8";
+  fp.kv_layout_version = kV41KvLayoutVersion;
+  fp.precision = kV41Precision;
   model_id_ = fp.Id();
   uint64_t off = global_layout_.HeaderBytes();
   for (const LayerGroup& g : global_layout_.groups) {

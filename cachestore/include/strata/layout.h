@@ -127,6 +127,13 @@ std::string FormatLayoutSpec(const Layout& layout);
 // The built-in layouts every store knows.
 constexpr uint32_t kV41GlobalKvLayoutId = 1;
 constexpr uint32_t kV41SwaLayoutId = 2;
+// The version of the two V4.1 layouts together, which a V4.1 worker hashes
+// into its model fingerprint (ModelFingerprint::kv_layout_version) so that
+// workers of different versions never share state. Bump it whenever either
+// layout's bytes change. 2: the SWA layout gained its last `lineage` group.
+constexpr uint32_t kV41KvLayoutVersion = 2;
+// The V4.1 state's precision, the fingerprint's `precision`.
+constexpr const char* kV41Precision = "fp4-e2m1+mxfp8";
 
 // ---- Payload header --------------------------------------------------------
 
