@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -446,9 +447,58 @@ TEST(UringRingTest, RetriesRefusedSubmitsAndBreaksOnFailure) {
   ::close(fd);
 }
 
-// A key erased and written again before the erase reached the index: the
-// new entry's index record must survive the old one's delete (it is what a
-// restart rebuilds from).
+// A ring whose wait for completions fails outright still never returns
+// while the kernel holds its I/O: the caller reuses that memory at once.
+TEST(UringRingTest, AFailedWaitStillWaitsForTheKernelsIo) {
+  TempDir dir;
+  const std::string path = dir.path() + "/data";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 16 * kSsdBlockBytes), 0);
+  auto created = UringRing::Create(std::span(&fd, 1), /*depth=*/2, kSsdBlockBytes);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  UringRing& ring = **created;
+  const std::vector<std::byte> block = RandomBytes(kSsdBlockBytes, 22);
+  auto batch = [](bool write) {
+    std::vector<IoOp> ops(6);
+    for (uint32_t i = 0; i < ops.size(); ++i) {
+      ops[i].write = write;
+      ops[i].offset = uint64_t{i} * kSsdBlockBytes;
+      ops[i].length = kSsdBlockBytes;
+    }
+    return ops;
+  };
+  auto fill = [&](size_t, std::span<std::byte> buf) {
+    std::memcpy(buf.data(), block.data(), buf.size());
+  };
+  size_t drained = 0;
+  auto drain = [&](size_t, std::span<std::byte> buf) {
+    drained += std::equal(buf.begin(), buf.end(), block.begin()) ? 1 : 0;
+  };
+  size_t done = 0;
+  auto on_done = [&](size_t) { ++done; };
+  std::vector<IoOp> writes = batch(true);
+  ring.Run(writes, fill, drain, on_done);
+  for (const IoOp& op : writes) ASSERT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
+
+  ring.FailWaitsForTesting(-EFAULT, 1000);  // no wait succeeds: two reads in the kernel
+  done = 0;
+  std::vector<IoOp> reads = batch(false);
+  ring.Run(reads, fill, drain, on_done);
+  EXPECT_TRUE(ring.broken());
+  for (size_t i = 0; i < 2; ++i) {  // waited for, however long it took
+    EXPECT_EQ(reads[i].result, static_cast<int>(kSsdBlockBytes)) << i;
+    EXPECT_TRUE(reads[i].completed) << i;
+  }
+  EXPECT_EQ(drained, 2u);
+  EXPECT_EQ(done, 2u);
+  for (size_t i = 2; i < reads.size(); ++i) {
+    EXPECT_EQ(reads[i].result, -EFAULT) << i;
+    EXPECT_FALSE(reads[i].completed) << i;
+  }
+  ::close(fd);
+}
+
 // A ring that fails at the io_uring level fails its batch cleanly (nothing
 // indexed) and is replaced, so the tier goes on writing and reading.
 TEST(SsdTierTest, ABrokenRingIsReplacedAndTheTierGoesOn) {
@@ -472,6 +522,9 @@ TEST(SsdTierTest, ABrokenRingIsReplacedAndTheTierGoesOn) {
   EXPECT_EQ(out, payload);
 }
 
+// A key erased and written again before the erase reached the index: the
+// new entry's index record must survive the old one's delete (it is what a
+// restart rebuilds from).
 TEST(SsdTierTest, AKeyWrittenAgainDuringItsEraseSurvivesARestart) {
   TempDir dir;
   SsdTierOptions o = Options(dir.path());
@@ -648,6 +701,184 @@ TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsVictimsAndItsDeletions) {
   EXPECT_FALSE(tier->Contains(Key(1)));
   EXPECT_EQ(tier->Read({Key(1), out}).code(), StatusCode::kNotFound);
   EXPECT_TRUE(tier->Read({Key(2), out}).ok());
+}
+
+// An erase the index could not record stays pending: never served, erasing
+// again is not "not found" until the index has it, and it is retried when
+// the index recovers, or at close, so a restart does not bring it back.
+TEST(SsdTierTest, AnEraseTheIndexMissedIsRetriedNotResurrected) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path());
+  o.clock = &clock;
+  bool fail = false;
+  o.before_index_delete_hook = [&] {
+    return fail ? Unavailable("injected: index write failed") : Status::Ok();
+  };
+  const std::vector<std::byte> p = RandomBytes(8000, 51);
+  {
+    auto tier = SsdTier::Open(o).value();
+    for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+    fail = true;
+    EXPECT_EQ(tier->Erase(Key(1)).code(), StatusCode::kUnavailable);
+    EXPECT_FALSE(tier->Contains(Key(1)));
+    fail = false;
+    EXPECT_EQ(tier->Erase(Key(1)).code(), StatusCode::kUnavailable);  // not recorded yet
+    clock.Advance(o.write_retry_interval);
+    EXPECT_TRUE(tier->Erase(Key(1)).ok());  // the index recovered and recorded it
+    EXPECT_EQ(tier->Erase(Key(1)).code(), StatusCode::kNotFound);
+    EXPECT_EQ(tier->Stats().used_bytes, 2 * SsdIoBytes(p.size()));
+    fail = true;
+    EXPECT_EQ(tier->Erase(Key(2)).code(), StatusCode::kUnavailable);
+    fail = false;
+  }  // closing retries the delete of Key(2)
+  auto tier = SsdTier::Open(o).value();
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_FALSE(tier->Contains(Key(2)));
+  EXPECT_TRUE(tier->Contains(Key(3)));
+  EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(p.size()));
+}
+
+// A failed index put (a full disk under RocksDB, say) stops writes, not for
+// good: write_retry_interval later the index is reopened, and writes,
+// eviction and TTL expiry go on. The failed entries' extents are reused
+// once the index durably lacks them.
+TEST(SsdTierTest, AFailedIndexWriteRecoversAfterTheRetryInterval) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path());
+  o.clock = &clock;
+  bool fail = false;
+  o.before_index_put_hook = [&] {
+    return fail ? Unavailable("injected: no space for the index") : Status::Ok();
+  };
+  const std::vector<std::byte> p = RandomBytes(8000, 52);
+  {
+    auto tier = SsdTier::Open(o).value();
+    ASSERT_TRUE(tier->Write({Key(1), p, 1, 1}).ok());
+    fail = true;
+    EXPECT_EQ(tier->Write({Key(2), p, 1, 1}).code(), StatusCode::kUnavailable);
+    fail = false;
+    EXPECT_FALSE(tier->Contains(Key(2)));
+    EXPECT_FALSE(tier->Stats().writes_enabled);
+    EXPECT_EQ(tier->Write({Key(3), p, 1, 1}).code(), StatusCode::kUnavailable);  // stopped
+    clock.Advance(o.write_retry_interval);
+    ASSERT_TRUE(tier->Write({Key(3), p, 1, 1}).ok());
+    EXPECT_TRUE(tier->Stats().writes_enabled);
+    ASSERT_TRUE(tier->Erase(Key(1)).ok());
+    EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(p.size()));  // Key(2)'s extent is free again
+    clock.Advance(o.ttl);
+    EXPECT_EQ(tier->RunMaintenance(), 1u);  // Key(3) expired
+  }
+  auto tier = SsdTier::Open(o).value();
+  EXPECT_EQ(tier->Stats().entries, 0u);
+}
+
+// An access-time hint that fails to persist is only a lost hint: the index
+// goes on taking deletes and writes.
+TEST(SsdTierTest, AFailedAccessTimeHintLeavesTheIndexWorking) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path());
+  o.clock = &clock;
+  o.access_persist_interval = 0;  // every read persists its access time
+  bool fail = false;
+  o.before_index_put_hook = [&] {
+    return fail ? Unavailable("injected: index write failed") : Status::Ok();
+  };
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(8000, 53);
+  ASSERT_TRUE(tier->Write({Key(1), p, 1, 1}).ok());
+  ASSERT_TRUE(tier->Write({Key(2), p, 1, 1}).ok());
+  fail = true;
+  std::vector<std::byte> out(p.size());
+  ASSERT_TRUE(tier->Read({Key(1), out}).ok());
+  fail = false;
+  EXPECT_TRUE(tier->Erase(Key(2)).ok());
+  EXPECT_TRUE(tier->Write({Key(3), p, 1, 1}).ok());
+  EXPECT_TRUE(tier->Stats().writes_enabled);
+}
+
+// A read the device answers short (here: the data file cut under the entry)
+// drops the entry, as a checksum mismatch does: it reads as a miss, is no
+// longer found, and stays gone after a restart.
+TEST(SsdTierTest, AShortReadDropsTheEntry) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path());
+  const std::vector<std::byte> a = RandomBytes(5000, 54), b = RandomBytes(10000, 55);
+  {
+    auto tier = SsdTier::Open(o).value();
+    ASSERT_TRUE(tier->Write({Key(1), a, 1, 1}).ok());
+    ASSERT_TRUE(tier->Write({Key(2), b, 1, 1}).ok());
+    const std::optional<SsdEntryMeta> meta1 = tier->Lookup(Key(1));
+    const std::optional<SsdEntryMeta> meta2 = tier->Lookup(Key(2));
+    ASSERT_TRUE(meta1.has_value() && meta2.has_value());
+    ASSERT_EQ(meta1->file, meta2->file);
+    ASSERT_LT(meta1->offset, meta2->offset);
+    ASSERT_EQ(::truncate(tier->DataFilePathForTesting(meta2->file).c_str(),
+                         static_cast<off_t>(meta2->offset + kSsdBlockBytes)),
+              0);
+    std::vector<std::byte> out(b.size());
+    EXPECT_EQ(tier->Read({Key(2), out}).code(), StatusCode::kNotFound);
+    EXPECT_FALSE(tier->Contains(Key(2)));
+    EXPECT_EQ(tier->Read({Key(2), out}).code(), StatusCode::kNotFound);
+    std::vector<std::byte> out1(a.size());
+    ASSERT_TRUE(tier->Read({Key(1), out1}).ok());  // the neighbour is untouched
+    EXPECT_EQ(out1, a);
+  }
+  auto tier = SsdTier::Open(o).value();
+  EXPECT_FALSE(tier->Contains(Key(2)));
+  EXPECT_TRUE(tier->Contains(Key(1)));
+}
+
+// Data files on a 1 MiB tmpfs (mounted throughout, so the tier sees it),
+// 256 KiB kept free: a batch goes only if the blocks it writes for the
+// first time leave that much, so the tier never eats into it; an extent
+// written before costs nothing and is reused even so.
+TEST(SsdTierTest, MinFreeBytesCountsWhatABatchNewlyWrites) {
+  TempDir dir;
+  const std::string mnt = dir.path() + "/mnt";
+  fs::create_directory(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  auto free_bytes = [&] {
+    struct statvfs vfs {};
+    EXPECT_EQ(::statvfs(mnt.c_str(), &vfs), 0);
+    return uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  };
+  ManualClock clock;
+  SsdTierOptions o = Options(mnt, 16 << 20);
+  o.index_dir = dir.path() + "/index";
+  o.clock = &clock;
+  o.min_free_bytes = 256 << 10;
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(300000, 56);  // 296 KiB on disk
+  uint64_t stored = 0;
+  Status last;
+  for (uint64_t i = 0; i < 4; ++i) {
+    last = tier->Write({Key(i), p, 1, 1});
+    EXPECT_GE(free_bytes(), o.min_free_bytes) << i;
+    if (!last.ok()) break;
+    ++stored;
+  }
+  EXPECT_EQ(last.code(), StatusCode::kUnavailable) << last.ToString();
+  EXPECT_EQ(stored, 2u);  // 1 MiB - 2 x 296 KiB leaves too little for a third
+  EXPECT_FALSE(tier->Stats().writes_enabled);
+  EXPECT_EQ(tier->Stats().entries, stored);
+  ASSERT_TRUE(tier->Erase(Key(0)).ok());
+  clock.Advance(o.write_retry_interval);
+  const uint64_t before = free_bytes();
+  ASSERT_TRUE(tier->Write({Key(10), p, 1, 1}).ok());  // into Key(0)'s extent
+  EXPECT_EQ(free_bytes(), before);
+  std::vector<std::byte> out(p.size());
+  ASSERT_TRUE(tier->Read({Key(10), out}).ok());
+  EXPECT_EQ(out, p);
+  tier.reset();  // close before unmounting
 }
 
 // Data files on a 1 MiB tmpfs with a 16 MiB configured tier (the index on

@@ -56,11 +56,15 @@ struct SsdTierOptions {
   // fdatasync the data before the index points at it, and sync the index
   // write. Off trades crash safety for speed (checksums still catch tears).
   bool sync = true;
-  // After a disk-full or I/O error writes stop for this long, then retry.
+  // After a disk-full or I/O error writes stop for this long, then retry. A
+  // failed index write stops index writes (and so writes, eviction and
+  // deletes) as long; the index is then reopened and the deletes it missed
+  // are retried.
   Nanos write_retry_interval = Seconds(30);
-  // Writes stop while the file system has less than this free, so the index
-  // (RocksDB, same file system) always has room. Keep it above the bytes of
-  // one write batch.
+  // A write batch is refused (and writes stop) unless the file system would
+  // keep this much free after it: the data files are sparse, so a batch
+  // consumes space for the extents it writes for the first time, and the
+  // index (RocksDB, same file system) needs room.
   uint64_t min_free_bytes = 64ull << 20;
   // Last-access times are persisted at most this often per entry.
   Nanos access_persist_interval = Minutes(10);
@@ -74,6 +78,10 @@ struct SsdTierOptions {
   // (erased, evicted) are about to be deleted from the index; an error is
   // taken as the index's own.
   std::function<Status()> before_index_delete_hook;
+  // Fault injection for tests: runs (under the index lock: it must not call
+  // the tier) before each index put, a batch's entries or an access-time
+  // hint; an error is taken as the index's own.
+  std::function<Status()> before_index_put_hook;
 };
 
 // Identity of one SSD entry.
@@ -149,13 +157,17 @@ class SsdTier {
 
   // Writes a batch: data, sync, then one index batch. Entries already stored
   // are skipped (idempotent). Per-entry results; UNAVAILABLE while writes are
-  // stopped by an earlier disk-full or I/O error, RESOURCE_EXHAUSTED when
+  // stopped by an earlier disk-full, I/O or index error, or when the batch
+  // would leave less than min_free_bytes free; RESOURCE_EXHAUSTED when
   // nothing can be evicted to make room.
   std::vector<Status> WriteBatch(std::span<const SsdWrite> writes);
   Status Write(const SsdWrite& write);
 
-  // Reads and verifies a batch. NOT_FOUND for a miss (a checksum mismatch
-  // drops the entry and also reads as NOT_FOUND, counted in metrics).
+  // Reads and verifies a batch. NOT_FOUND for a miss (a checksum mismatch, a
+  // short read or a media error (EIO, ENODATA, EILSEQ) drops the entry and
+  // also reads as NOT_FOUND, counted in metrics). UNAVAILABLE for an error
+  // that says nothing about the bytes (a failed ring, EAGAIN, ENOMEM): the
+  // entry stays.
   std::vector<Status> ReadBatch(std::span<const SsdRead> reads);
   Status Read(const SsdRead& read);
 
@@ -167,6 +179,9 @@ class SsdTier {
   // deadline policy's class). Never waits for an eviction scan: queued,
   // applied before the next one.
   void Touch(const SsdKey& key, SsdTouch what = SsdTouch::kUse, uint32_t earlier_uses = 0);
+  // Out of memory at once. UNAVAILABLE if the index cannot record the delete
+  // yet: it is retried when the index recovers (and at close), and until it
+  // is durable, erasing the key again also returns UNAVAILABLE.
   Status Erase(const SsdKey& key);
   // Every unexpired entry of namespace `ns`, for admin calls (a scan of the
   // in-memory index; no I/O). Times are on the tier's clock, see Now().

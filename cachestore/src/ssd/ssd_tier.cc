@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -90,6 +91,7 @@ struct SsdTier::Impl {
     Counter* evict_ttl;
     Counter* evict_checksum;
     Counter* evict_explicit;
+    Counter* evict_io_error;
     Gauge* used_bytes;
     Gauge* capacity_bytes;
     Gauge* entries;
@@ -100,7 +102,8 @@ struct SsdTier::Impl {
   const Clock* clock = nullptr;
   std::unique_ptr<MetricsRegistry> owned_metrics;
   Metrics m{};
-  std::unique_ptr<SsdIndex> index;
+  std::unique_ptr<SsdIndex> index;  // under index_mu once open
+  std::string index_path;
   std::vector<int> fds;
   std::vector<std::string> paths;
 
@@ -147,9 +150,16 @@ struct SsdTier::Impl {
   uint32_t next_file = 0;
   bool writes_enabled = true;
   Nanos writes_retry_at = 0;
-  // RocksDB is not written again after a failed write: its error state is
-  // sticky, and it is reopened (recovered) with the tier.
+  // RocksDB is not written again after a failed write (its error state is
+  // sticky) until RecoverIndex reopens it, write_retry_interval later.
+  // Written under index_mu.
   std::atomic<bool> index_failed{false};
+  Nanos index_retry_at = 0;  // index_mu
+  // Retired records whose index delete failed: out of memory, their extents
+  // held, deleted again when the index recovers (else a restart would bring
+  // them back). Also records whose index put failed (it may have landed).
+  // Under `mu`.
+  std::vector<std::pair<std::string, RecordPtr>> undeleted;
   uint64_t bytes_written = 0, bytes_read = 0, write_failures = 0, checksum_failures = 0;
   uint64_t evictions = 0, ttl_expired = 0;
 
@@ -358,11 +368,18 @@ struct SsdTier::Impl {
     return r;
   }
 
+  // index_mu held.
+  void MarkIndexFailedLocked() {
+    index_failed.store(true);
+    index_retry_at = clock->Now() + opts.write_retry_interval;
+  }
+
   // Deletes retired records from the index durably, then frees what no
   // reader holds. If the delete fails, the error is returned and the index
-  // is failed for good; eviction victims (`restore_on_failure`) go back in
-  // memory (the index still has them, their bytes are intact), anything
-  // deleted on purpose stays out of memory, its extent held until restart.
+  // is failed until RecoverIndex; eviction victims (`restore_on_failure`)
+  // go back in memory (the index still has them, their bytes are intact),
+  // anything deleted on purpose stays out of memory, its extent held and
+  // its delete retried when the index recovers.
   Status FinishRetire(const std::vector<std::string>& keys, const std::vector<RecordPtr>& recs,
                       bool restore_on_failure = false) {
     if (recs.empty()) return Status::Ok();
@@ -381,11 +398,12 @@ struct SsdTier::Impl {
         if (!rewritten[i]) deletes.push_back(keys[i]);
       }
     }
-    Status st = !injected.ok()        ? injected
-                : index_failed.load() ? Unavailable("the SSD index failed earlier")
-                : deletes.empty()     ? Status::Ok()
-                                      : index->Apply({}, deletes, /*sync=*/true);
-    if (!st.ok()) index_failed.store(true);  // RocksDB errors are sticky
+    const bool failed_before = index_failed.load();
+    Status st = !injected.ok()    ? injected
+                : failed_before   ? Unavailable("the SSD index failed earlier")
+                : deletes.empty() ? Status::Ok()
+                                  : index->Apply({}, deletes, /*sync=*/true);
+    if (!st.ok() && !failed_before) MarkIndexFailedLocked();  // RocksDB errors are sticky
     std::lock_guard lock(mu);
     if (!st.ok()) {
       spdlog::error("ssd: deleting {} index entries failed: {}", keys.size(), st.ToString());
@@ -400,10 +418,47 @@ struct SsdTier::Impl {
         // evict nothing more: MakeRoom stops once the index failed).
         recs[i]->retired = false;
         records.emplace(keys[i], recs[i]);
+      } else {
+        undeleted.emplace_back(keys[i], recs[i]);
       }
     }
     PublishGaugesLocked();
     return st;
+  }
+
+  // A failed index is reopened once write_retry_interval has passed (at
+  // once with `force`), then the deletes it missed are retried. True if the
+  // index is usable and none is missing.
+  bool RecoverIndex(bool force = false) {
+    if (!index_failed.load() && !force) return true;
+    {
+      std::lock_guard index_lock(index_mu);
+      if (index_failed.load()) {
+        const Nanos now = clock->Now();
+        if (!force && now < index_retry_at) return false;
+        index.reset();  // RocksDB allows one open instance per directory
+        auto reopened = SsdIndex::Open(index_path);
+        if (!reopened.ok()) {
+          index_retry_at = now + opts.write_retry_interval;
+          spdlog::error("ssd: reopening the failed index: {}", reopened.status().ToString());
+          return false;
+        }
+        index = std::move(reopened).value();
+        index_failed.store(false);
+        spdlog::info("ssd: index reopened after a failure");
+      }
+    }
+    std::vector<std::string> keys;
+    std::vector<RecordPtr> recs;
+    {
+      std::lock_guard lock(mu);
+      for (auto& [k, r] : undeleted) {
+        keys.push_back(std::move(k));
+        recs.push_back(std::move(r));
+      }
+      undeleted.clear();
+    }
+    return FinishRetire(keys, recs).ok();
   }
 
   // Picks victims: expired entries (with `ttl`), then the lowest ranked
@@ -468,7 +523,7 @@ struct SsdTier::Impl {
   }
 
   uint64_t MakeRoom(uint64_t incoming, bool ttl) {
-    if (index_failed.load()) return 0;  // no delete could be made durable
+    if (!RecoverIndex()) return 0;  // no delete could be made durable
     std::vector<std::string> keys;
     std::vector<RecordPtr> recs;
     {
@@ -518,17 +573,37 @@ struct SsdTier::Impl {
   void PlanOps(bool write, const SsdEntryMeta& meta, std::byte* direct, std::vector<IoOp>* ops,
                std::vector<std::pair<size_t, uint64_t>>* owner, size_t entry) const {
     if (direct != nullptr) {
-      ops->push_back(
-          {write, meta.file, meta.offset, static_cast<uint32_t>(meta.extent_bytes), direct, 0});
+      ops->push_back({write, meta.file, meta.offset, static_cast<uint32_t>(meta.extent_bytes),
+                      direct, 0, false});
       owner->emplace_back(entry, 0);
       return;
     }
-    const uint64_t chunk = rings.front()->buffer_bytes();
+    // Not rings.front()->buffer_bytes(): ReleaseRing may replace that ring
+    // meanwhile (under rings_mu).
+    const uint64_t chunk = opts.io_buffer_bytes;
     for (uint64_t off = 0; off < meta.extent_bytes; off += chunk) {
       const uint64_t len = std::min(chunk, meta.extent_bytes - off);
-      ops->push_back({write, meta.file, meta.offset + off, static_cast<uint32_t>(len), nullptr, 0});
+      ops->push_back(
+          {write, meta.file, meta.offset + off, static_cast<uint32_t>(len), nullptr, 0, false});
       owner->emplace_back(entry, off);
     }
+  }
+
+  // Bytes of a data file's [offset, offset + bytes) the file system has not
+  // allocated yet (holes: the files are sparse), which writing them
+  // consumes. Counts what it cannot tell as unallocated.
+  uint64_t UnallocatedBytes(uint32_t file, uint64_t offset, uint64_t bytes) const {
+    const uint64_t end = offset + bytes;
+    uint64_t holes = 0;
+    for (uint64_t pos = offset; pos < end;) {
+      const off_t data = ::lseek(fds[file], static_cast<off_t>(pos), SEEK_DATA);
+      if (data < 0 || static_cast<uint64_t>(data) >= end) return holes + (end - pos);
+      holes += static_cast<uint64_t>(data) - pos;
+      const off_t hole = ::lseek(fds[file], data, SEEK_HOLE);
+      if (hole < 0) return holes + (end - static_cast<uint64_t>(data));
+      pos = static_cast<uint64_t>(hole);
+    }
+    return holes;
   }
 
   Status SyncFiles(const std::vector<bool>& touched) const {
@@ -542,7 +617,18 @@ struct SsdTier::Impl {
 };
 
 SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-SsdTier::~SsdTier() = default;
+SsdTier::~SsdTier() {
+  // Last chance for deletes the index missed: a restart would bring their
+  // entries back.
+  bool undeleted = false;
+  {
+    std::lock_guard lock(impl_->mu);
+    undeleted = !impl_->undeleted.empty();
+  }
+  if (undeleted && !impl_->RecoverIndex(/*force=*/true)) {
+    spdlog::error("ssd: closing with index deletes not made durable; their entries come back");
+  }
+}
 
 Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   if (options.dir.empty()) return InvalidArgument("the SSD tier needs a directory");
@@ -597,6 +683,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   m.evict_ttl = evict("ttl");
   m.evict_checksum = evict("checksum");
   m.evict_explicit = evict("explicit");
+  m.evict_io_error = evict("io_error");
   m.used_bytes = reg->GetGauge("strata_tier_used_bytes", "Bytes allocated in the tier.", ssd);
   m.capacity_bytes = reg->GetGauge("strata_tier_capacity_bytes", "Tier capacity.", ssd);
   m.entries = reg->GetGauge("strata_ssd_entries", "Entries indexed on the SSD tier.");
@@ -625,8 +712,8 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
     impl->idle_rings.push_back(ring->get());
     impl->rings.push_back(std::move(ring).value());
   }
-  auto index =
-      SsdIndex::Open(options.index_dir.empty() ? options.dir + "/index" : options.index_dir);
+  impl->index_path = options.index_dir.empty() ? options.dir + "/index" : options.index_dir;
+  auto index = SsdIndex::Open(impl->index_path);
   if (!index.ok()) return index.status();
   impl->index = std::move(index).value();
 
@@ -680,9 +767,10 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   std::vector<bool> todo(writes.size(), false);
   uint64_t incoming = 0;
   const Nanos now = s.clock->Now();
+  const bool index_ok = s.RecoverIndex();
   {
     std::lock_guard lock(s.mu);
-    const bool allowed = s.WritesAllowedLocked(now);
+    const bool allowed = s.WritesAllowedLocked(now) && index_ok;
     for (size_t i = 0; i < writes.size(); ++i) {
       const SsdWrite& w = writes[i];
       if (w.payload.empty() || w.payload.size() > (uint64_t{1} << 30)) {
@@ -695,7 +783,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
         continue;  // stored, or being stored by another batch: idempotent
       }
       if (!allowed) {
-        out[i] = Unavailable("SSD writes are stopped after an I/O error or a full disk");
+        out[i] = Unavailable("SSD writes are stopped after an I/O or index error or a full disk");
         continue;
       }
       s.pending.insert(keys[i]);
@@ -705,22 +793,6 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   }
   if (incoming == 0) return out;
   s.MakeRoom(incoming, /*ttl=*/false);
-  if (struct statvfs vfs{}; ::statvfs(s.opts.dir.c_str(), &vfs) == 0) {
-    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    // Not `+ incoming`: a reused extent is already allocated on disk.
-    if (free_bytes < s.opts.min_free_bytes) {
-      s.DisableWrites("the file system has " + std::to_string(free_bytes) +
-                      " bytes free, under the " + std::to_string(s.opts.min_free_bytes) +
-                      " kept free");
-      std::lock_guard lock(s.mu);
-      for (size_t i = 0; i < writes.size(); ++i) {
-        if (!todo[i]) continue;
-        s.pending.erase(keys[i]);
-        out[i] = Unavailable("SSD writes are stopped: the file system is full");
-      }
-      return out;
-    }
-  }
 
   // Place every entry, then write them all in one pass over a ring.
   std::vector<SsdEntryMeta> metas(writes.size());
@@ -747,6 +819,29 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       m.commit_time = writes[i].commit_time != 0 ? writes[i].commit_time : now;
       m.expiry = now + s.opts.ttl;
       m.last_access = now;
+    }
+  }
+  // The batch must leave min_free_bytes free. Only blocks never written
+  // count: a reused extent is allocated on disk already.
+  uint64_t consumes = 0;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (placed[i])
+      consumes += s.UnallocatedBytes(metas[i].file, metas[i].offset, metas[i].extent_bytes);
+  }
+  if (struct statvfs vfs{}; ::statvfs(s.opts.dir.c_str(), &vfs) == 0) {
+    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (free_bytes < s.opts.min_free_bytes + consumes) {
+      s.DisableWrites("the file system has " + std::to_string(free_bytes) +
+                      " bytes free; a batch needs " + std::to_string(consumes) + " and " +
+                      std::to_string(s.opts.min_free_bytes) + " are kept free");
+      std::lock_guard lock(s.mu);
+      for (size_t i = 0; i < writes.size(); ++i) {
+        if (!placed[i]) continue;
+        s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
+        s.pending.erase(keys[i]);
+        out[i] = Unavailable("SSD writes are stopped: the file system is full");
+      }
+      return out;
     }
   }
   std::vector<IoOp> ops;
@@ -803,14 +898,26 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   for (size_t i = 0; i < writes.size(); ++i) {
     if (todo[i] && durable.ok()) puts.emplace_back(keys[i], metas[i]);
   }
-  if (durable.ok() && s.index_failed.load()) durable = Unavailable("the SSD index failed earlier");
-  if (durable.ok()) {
-    durable = s.index->Apply(puts, {}, s.opts.sync);
-    if (!durable.ok()) s.index_failed.store(true);
+  // A failed put may still have reached RocksDB's log (a failed sync):
+  // its extents wait for a durable delete like a retired record's.
+  bool maybe_indexed = false;
+  if (durable.ok() && s.index_failed.load()) {
+    durable = Unavailable("the SSD index failed earlier");
+  } else if (durable.ok()) {
+    if (s.opts.before_index_put_hook) durable = s.opts.before_index_put_hook();
+    if (durable.ok()) durable = s.index->Apply(puts, {}, s.opts.sync);
+    if (!durable.ok()) {
+      s.MarkIndexFailedLocked();
+      maybe_indexed = true;
+    }
   }
+  std::vector<bool> undeleted(writes.size(), false);
   if (!durable.ok()) {
     for (size_t i = 0; i < writes.size(); ++i) {
-      if (todo[i]) out[i] = durable;
+      if (todo[i]) {
+        out[i] = durable;
+        undeleted[i] = maybe_indexed;
+      }
       todo[i] = false;
     }
     if (io_error.empty()) io_error = durable.ToString();
@@ -823,6 +930,13 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   for (size_t i = writes.size(); i-- > 0;) {
     if (!placed[i]) continue;
     s.pending.erase(keys[i]);
+    if (undeleted[i]) {
+      auto rec = std::make_shared<Record>();
+      rec->meta = metas[i];
+      rec->retired = true;
+      s.undeleted.emplace_back(keys[i], std::move(rec));
+      continue;
+    }
     if (!todo[i]) {
       // Never indexed: the extent can be reused at once.
       s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
@@ -909,11 +1023,26 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
         });
     s.ReleaseRing(ring);
   }
+  std::vector<bool> bad_io(reads.size(), false);
   for (size_t op = 0; op < ops.size(); ++op) {
     const size_t i = owner[op].first;
-    if (ops[op].result != static_cast<int>(ops[op].length) && out[i].ok()) {
-      const int err = ops[op].result < 0 ? -ops[op].result : EIO;
-      out[i] = Unavailable("SSD read failed: " + Errno(err));
+    const IoOp& io = ops[op];
+    if (io.result == static_cast<int>(io.length) || !out[i].ok()) continue;
+    const std::string why = io.result >= 0 ? "short read, " + std::to_string(io.result) + " of " +
+                                                 std::to_string(io.length) + " bytes"
+                                           : Errno(-io.result);
+    // A short read or a media error from the device: the bytes are gone, as
+    // with a checksum mismatch, and keeping the entry would make every match
+    // a hit whose promotion fails. A failed ring, EAGAIN or ENOMEM says
+    // nothing about them: the entry stays.
+    if (io.completed &&
+        (io.result >= 0 || io.result == -EIO || io.result == -ENODATA || io.result == -EILSEQ)) {
+      spdlog::warn("ssd: reading {} at offset {} failed ({}); entry dropped", s.paths[io.file],
+                   io.offset, why);
+      out[i] = NotFound("SSD read failed (" + why + "); entry dropped");
+      bad_io[i] = true;
+    } else {
+      out[i] = Unavailable("SSD read failed: " + why);
     }
   }
   // Verify every payload; a mismatch is never served.
@@ -934,7 +1063,7 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
     s.m.bytes_read->Increment(meta.payload_bytes);
   }
   std::vector<std::pair<std::string, RecordPtr>> access_puts;
-  std::vector<std::pair<std::string, RecordPtr>> to_drop;
+  std::vector<std::tuple<std::string, RecordPtr, Counter*>> to_drop;
   {
     std::lock_guard lock(s.mu);
     for (size_t i = reads.size(); i-- > 0;) {  // root last: see Record::order
@@ -950,27 +1079,30 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
           access_puts.emplace_back(keys[i], recs[i]);
         }
       } else if (out[i].code() == StatusCode::kNotFound) {
-        to_drop.emplace_back(keys[i], recs[i]);
+        to_drop.emplace_back(keys[i], recs[i], bad_io[i] ? s.m.evict_io_error : s.m.evict_checksum);
       }
       s.MaybeFreeLocked(r);
     }
   }
-  for (const auto& [k, r] : to_drop) s.Drop(k, r, s.m.evict_checksum);
+  for (const auto& [k, r, reason] : to_drop) s.Drop(k, r, reason);
   if (!access_puts.empty() && !s.index_failed.load()) {
     // Only records still current: one deleted or rewritten since the read
     // keeps what its delete or rewrite wrote. A hint: never worth waiting
     // for another batch's synced index write (a promotion is waiting on us).
     std::unique_lock index_lock(s.index_mu, std::try_to_lock);
     std::vector<std::pair<std::string, SsdEntryMeta>> puts;
-    if (index_lock.owns_lock()) {
+    if (index_lock.owns_lock() && !s.index_failed.load()) {
       std::lock_guard lock(s.mu);
       for (const auto& [k, r] : access_puts) {
         auto it = s.records.find(k);
         if (it != s.records.end() && it->second == r && !r->retired) puts.emplace_back(k, r->meta);
       }
     }
-    Status st = puts.empty() ? Status::Ok() : s.index->Apply(puts, {}, /*sync=*/false);
-    if (!st.ok()) s.index_failed.store(true);
+    Status st;
+    if (!puts.empty() && s.opts.before_index_put_hook) st = s.opts.before_index_put_hook();
+    if (!puts.empty() && st.ok()) st = s.index->Apply(puts, {}, /*sync=*/false);
+    // Nor does its failure fail the index: if RocksDB is in trouble, the
+    // next real write finds out (and the index recovers from there).
     if (!st.ok()) spdlog::warn("ssd: persisting access times failed: {}", st.ToString());
   }
   return out;
@@ -996,14 +1128,24 @@ void SsdTier::Touch(const SsdKey& key, SsdTouch what, uint32_t earlier_uses) {
 Status SsdTier::Erase(const SsdKey& key) {
   Impl& s = *impl_;
   const std::string k = EncodeSsdKey(key);
+  auto undeleted = [&] {
+    return std::any_of(s.undeleted.begin(), s.undeleted.end(),
+                       [&](const auto& u) { return u.first == k; });
+  };
   RecordPtr r;
   {
     std::lock_guard lock(s.mu);
     r = s.RetireLocked(k);
-    if (r == nullptr) return NotFound("not on the SSD tier");
-    s.m.evict_explicit->Increment();
+    if (r == nullptr && !undeleted()) return NotFound("not on the SSD tier");
+    if (r != nullptr) s.m.evict_explicit->Increment();
   }
-  return s.FinishRetire({k}, {r});
+  if (r != nullptr) return s.FinishRetire({k}, {r});
+  // Erased already, but the index has not recorded it: not done until it
+  // has (a restart would bring the entry back).
+  (void)s.RecoverIndex();
+  std::lock_guard lock(s.mu);
+  return undeleted() ? Unavailable("the SSD index has not recorded an earlier erase yet")
+                     : Status::Ok();
 }
 
 std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) const {
@@ -1065,7 +1207,7 @@ SsdTierStats SsdTier::Stats() const {
   st.checksum_failures = s.checksum_failures;
   st.evictions = s.evictions;
   st.ttl_expired = s.ttl_expired;
-  st.writes_enabled = s.writes_enabled;
+  st.writes_enabled = s.writes_enabled && !s.index_failed.load();
   return st;
 }
 

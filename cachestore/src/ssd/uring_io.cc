@@ -1,5 +1,7 @@
 #include "ssd/uring_io.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -55,6 +57,7 @@ UringRing::~UringRing() {
 
 void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& drain,
                     const DoneFn& done_fn) {
+  for (IoOp& op : ops) op.completed = false;
   if (broken_ != 0) {
     for (IoOp& op : ops) op.result = broken_;
     return;
@@ -72,6 +75,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
     const uint64_t slot_tag = data >> kSlotShift;
     IoOp& op = ops[i];
     op.result = cqe->res;
+    op.completed = true;
     if (slot_tag != 0) {
       const auto slot = static_cast<uint32_t>(slot_tag - 1);
       if (!op.write && cqe->res == static_cast<int>(op.length)) {
@@ -129,7 +133,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
     }
     if (rc >= 0) {
       io_uring_cqe* first = nullptr;
-      rc = io_uring_wait_cqe(&ring_, &first);
+      rc = Wait(&first);
       if (rc == -EINTR || rc == -EAGAIN) rc = 0;  // reap what is there, if anything
     }
     if (rc < 0) {
@@ -138,15 +142,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
       // fail the rest, and never run another batch on this ring (a stale
       // completion would land in the next one).
       broken_ = rc;
-      for (size_t left = in_kernel; left > 0;) {
-        io_uring_cqe* cqe = nullptr;
-        const int w = io_uring_wait_cqe(&ring_, &cqe);
-        if (w == -EINTR) continue;
-        if (w < 0) break;  // cannot even wait: nothing more can be learned
-        reap(cqe);
-        io_uring_cqe_seen(&ring_, cqe);
-        --left;
-      }
+      Drain(in_kernel, reap);
       for (size_t i : completed) done_fn(i);
       for (IoOp& op : ops) {
         if (op.result == 0) op.result = rc;  // lengths are never 0: not completed
@@ -164,6 +160,45 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
     reaped += seen;
   }
   for (size_t i : completed) done_fn(i);
+}
+
+void UringRing::Drain(size_t left, const std::function<void(io_uring_cqe*)>& reap) {
+  bool polling = false;
+  while (left > 0) {
+    io_uring_cqe* cqe = nullptr;
+    const int w = polling ? io_uring_peek_cqe(&ring_, &cqe) : Wait(&cqe);
+    if (w == 0 && cqe != nullptr) {
+      reap(cqe);
+      io_uring_cqe_seen(&ring_, cqe);
+      --left;
+    } else if (polling) {
+      // The sleep also returns to user space, which runs the task work
+      // that posts completions.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else if (w != -EINTR && w != -EAGAIN) {
+      // Cannot wait in the kernel, yet it still owns the I/Os and will
+      // complete them into the completion queue: poll that instead. Never
+      // return before: the caller would reuse memory a late read can still
+      // land in. If the kernel never completes them this thread stays here,
+      // a visible hang rather than silent corruption.
+      spdlog::error("ssd: io_uring wait failed ({}) with {} I/Os in the kernel; polling for them",
+                    std::strerror(-w), left);
+      polling = true;
+    }
+  }
+}
+
+int UringRing::Wait(io_uring_cqe** cqe) {
+  if (fail_waits_ > 0) {
+    --fail_waits_;
+    return fail_wait_rc_;
+  }
+  return io_uring_wait_cqe(&ring_, cqe);
+}
+
+void UringRing::FailWaitsForTesting(int rc, uint32_t times) {
+  fail_wait_rc_ = rc;
+  fail_waits_ = times;
 }
 
 int UringRing::Submit() {

@@ -24,6 +24,9 @@ struct IoOp {
   uint32_t length = 0;          // 4 KiB multiple; at most the buffer size unless `direct`
   std::byte* direct = nullptr;  // aligned caller memory; nullptr: a bounce buffer
   int result = 0;               // bytes transferred, or -errno
+  // The kernel completed it: `result` is the device's answer, not a
+  // ring-level failure (the op then never ran, or its outcome is unknown).
+  bool completed = false;
 };
 
 class UringRing {
@@ -46,6 +49,9 @@ class UringRing {
   // kernel cannot take now (EAGAIN, EBUSY) is retried. A ring-level failure
   // fails the ops not yet completed with its -errno, after waiting for those
   // the kernel holds; the ring is then broken and fails every later batch.
+  // Never returns while the kernel holds an op, even if waiting fails: the
+  // caller reuses the ops' memory at once, and a late O_DIRECT read landing
+  // in it would corrupt whatever lives there then.
   void Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& drain, const DoneFn& done);
 
   uint64_t buffer_bytes() const { return buffer_bytes_; }
@@ -54,15 +60,24 @@ class UringRing {
   // Test hook: after `after` real submissions, the next `times` return `rc`
   // without submitting anything.
   void FailSubmitsForTesting(int rc, uint32_t times, uint32_t after = 0);
+  // Test hook: the next `times` waits for a completion return `rc` without
+  // waiting.
+  void FailWaitsForTesting(int rc, uint32_t times);
 
  private:
   UringRing() = default;
   int Submit();
+  int Wait(io_uring_cqe** cqe);
+  // Waits for `left` completions after the ring failed, polling the
+  // completion queue if even waiting fails.
+  void Drain(size_t left, const std::function<void(io_uring_cqe*)>& reap);
 
   int broken_ = 0;  // -errno of the failure that broke the ring
   int fail_submit_rc_ = 0;
   uint32_t fail_submits_ = 0;
   uint32_t pass_submits_ = 0;
+  int fail_wait_rc_ = 0;
+  uint32_t fail_waits_ = 0;
   io_uring ring_{};
   bool ring_ready_ = false;
   uint32_t depth_ = 0;
