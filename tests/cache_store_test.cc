@@ -163,6 +163,43 @@ TEST_F(CacheStoreTest, WriteLeaseExpiryReclaimsSpace) {
   EXPECT_EQ(t_.store->Stats().reserved_entries, 0u);
 }
 
+TEST_F(CacheStoreTest, WriteLeasesRenewToTheWriteDefaultAndOnlyWritersDropThem) {
+  const auto tokens = Tokens(4, 7);
+  const ChainKey key = t_.Keys(tokens, t_.writer)[0];
+  CommitBlock cb{key, StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                 TinyGlobalLayout().PayloadBytes(), std::nullopt};
+  auto r = t_.store->Reserve(t_.writer, TestModel(), std::span(&cb, 1), Seconds(5)).value();
+  ASSERT_EQ(r.blocks[0].state, ReserveState::kReserved);
+  // A reader of the namespace cannot drop a writer's reservation.
+  const Principal reader{t_.writer.ns, Role::kRead};
+  EXPECT_EQ(t_.store->Abort(reader, r.write_lease).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(t_.store->Stats().write_leases, 1u);
+  // Renewed with ttl 0, a write lease gets the write default (30 s), not
+  // the read default (10 s).
+  ASSERT_TRUE(t_.store->RenewLease(t_.writer, r.write_lease, 0).ok());
+  t_.clock.Advance(Seconds(20));
+  const testing::Payload p = MakePayload(TinyGlobalLayout(), key.Prefix64());
+  std::copy(p.bytes.begin(), p.bytes.end(), r.blocks[0].buffer.begin());
+  auto published = t_.store->Publish(t_.writer, r.write_lease, std::span(&p.checksum, 1));
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  EXPECT_TRUE(published->blocks[0].ok()) << published->blocks[0].ToString();
+}
+
+TEST(LeaseIdTest, StoresDoNotStartTheirLeaseIdsAtTheSamePlace) {
+  // A client names a lease by id alone: a node restarted must not grant the
+  // ids of its previous life, which clients may still abort or write to.
+  testing::TestStore a, b;
+  const auto tokens = Tokens(4, 9);
+  CommitBlock cb{a.Keys(tokens, a.writer)[0], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                 TinyGlobalLayout().PayloadBytes(), std::nullopt};
+  const LeaseId first = a.store->Reserve(a.writer, TestModel(), std::span(&cb, 1))->write_lease;
+  const LeaseId second = b.store->Reserve(b.writer, TestModel(), std::span(&cb, 1))->write_lease;
+  EXPECT_NE(first, 0u);
+  EXPECT_NE(second, 0u);
+  EXPECT_NE(first, second);
+  EXPECT_LT(first, uint64_t{1} << 53);  // exact as a JSON number
+}
+
 TEST_F(CacheStoreTest, BadChecksumIsNeverPublishedAndOrphansAreRefused) {
   const auto tokens = Tokens(12, 7);
   const auto keys = t_.Keys(tokens, t_.writer);

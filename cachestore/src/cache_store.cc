@@ -1812,15 +1812,21 @@ Result<PublishResult> CacheStore::Commit(const Principal& caller, const ModelId&
   return Publish(caller, reservation->write_lease, checksums);
 }
 
-Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl) {
+Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
+                              Nanos* applied_ttl) {
   Impl& s = *impl_;
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl out of range");
-  if (ttl == 0) ttl = s.opts.default_read_lease_ttl;
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value()) return LeaseExpired("lease " + std::to_string(lease) + " is not live");
+  if (ttl == 0) {
+    ttl = s.leases.IsWrite(*ns, lease).value_or(false) ? s.opts.default_write_lease_ttl
+                                                       : s.opts.default_read_lease_ttl;
+  }
   const Nanos now = s.clock->Now();
-  return s.leases.Renew(*ns, lease, now, now + ttl);
+  STRATA_RETURN_IF_ERROR(s.leases.Renew(*ns, lease, now, now + ttl));
+  if (applied_ttl != nullptr) *applied_ttl = ttl;
+  return Status::Ok();
 }
 
 Status CacheStore::Abort(const Principal& caller, LeaseId lease) {
@@ -1828,6 +1834,10 @@ Status CacheStore::Abort(const Principal& caller, LeaseId lease) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value() || lease == 0) return Status::Ok();
+  if (!RoleAllows(caller, Role::kWrite) && s.leases.IsWrite(*ns, lease).value_or(false)) {
+    return PermissionDenied("dropping write lease " + std::to_string(lease) +
+                            " needs the write role");
+  }
   std::optional<LeaseRecord> rec = s.leases.Take(*ns, lease);
   if (rec.has_value()) s.EndLease(*rec, /*expired=*/rec->expiry <= s.clock->Now());
   return Status::Ok();

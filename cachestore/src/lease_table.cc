@@ -1,13 +1,36 @@
 #include "lease_table.h"
 
+#include <random>
+
 namespace strata {
+
+namespace {
+// Below 2^53, so ids stay exact as JSON numbers; two nodes' ranges then
+// meet with odds of about (leases granted) / 2^52.
+constexpr LeaseId kLeaseIdMask = (LeaseId{1} << 52) - 1;
+}  // namespace
+
+LeaseTable::LeaseTable() {
+  std::random_device rd;
+  next_id_ = ((LeaseId{rd()} << 32) | rd()) & kLeaseIdMask;
+}
 
 LeaseId LeaseTable::Grant(LeaseRecord record) {
   std::lock_guard lock(mu_);
-  record.id = next_id_++;
+  do {
+    next_id_ = (next_id_ + 1) & kLeaseIdMask;  // 0 is "no lease"
+  } while (next_id_ == 0 || leases_.contains(next_id_));
+  record.id = next_id_;
   const LeaseId id = record.id;
   leases_.emplace(id, std::move(record));
   return id;
+}
+
+std::optional<bool> LeaseTable::IsWrite(uint32_t ns, LeaseId id) const {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.ns != ns) return std::nullopt;
+  return it->second.write;
 }
 
 Status LeaseTable::WithLive(uint32_t ns, LeaseId id, Nanos now,

@@ -31,7 +31,11 @@ struct LeaseRecord {
 
 class LeaseTable {
  public:
+  LeaseTable();
   LeaseId Grant(LeaseRecord record);  // assigns and returns the id
+  // Whether live-or-expired lease `id` of namespace `ns` is a write lease;
+  // nullopt if unknown.
+  std::optional<bool> IsWrite(uint32_t ns, LeaseId id) const;
 
   // Runs `fn` on a live lease of namespace `ns` under the table's lock, so
   // the lease cannot end meanwhile. NOT_FOUND for another namespace's or an
@@ -48,7 +52,10 @@ class LeaseTable {
 
  private:
   mutable std::mutex mu_;
-  LeaseId next_id_ = 1;
+  // Starts at random: clients name leases by id alone, so a node restarted
+  // must not hand out the ids its previous life did (a client's late abort
+  // or write of the old lease would land on someone else's new one).
+  LeaseId next_id_;
   std::unordered_map<LeaseId, LeaseRecord> leases_;
 };
 

@@ -30,7 +30,6 @@ struct Harness {
     state.store = CacheStore::Open(o).value();
     state.metrics = &state.store->metrics();
     state.node_id = "fuzz";
-    state.default_read_lease_ttl = Seconds(10);
     std::ostringstream tokens;
     tokens << HashToken("w") << " t write\n"
            << HashToken("a") << " t admin\n"

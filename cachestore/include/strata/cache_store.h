@@ -174,10 +174,12 @@ class CacheStore {
   // Reserve + copy + Publish in one call.
   Result<PublishResult> Commit(const Principal& caller, const ModelId& model,
                                std::span<const CommitPayload> payloads);
-  // Extends a live lease to now + ttl (0: the default read lease ttl).
-  Status RenewLease(const Principal& caller, LeaseId lease, Nanos ttl);
-  // Ends a read lease or drops a reservation. Unknown or ended leases are
-  // fine: abort is safe to repeat.
+  // Extends a live lease to now + ttl (0: the default read or write lease
+  // ttl, by the lease's kind); *applied_ttl, if given, gets the ttl used.
+  Status RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
+                    Nanos* applied_ttl = nullptr);
+  // Ends a read lease or drops a reservation (which needs the write role).
+  // Unknown or ended leases are fine: abort is safe to repeat.
   Status Abort(const Principal& caller, LeaseId lease);
 
   // ---- admin --------------------------------------------------------------

@@ -129,7 +129,6 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   NodeState& st = impl->state;
   std::random_device rd;
   st.instance_id = (uint64_t{rd()} << 32) ^ rd();
-  st.default_read_lease_ttl = config.read_lease_ttl;
 
   Result<TokenTable> tokens = TokenTable::Load(config.tokens_file);
   if (!tokens.ok()) return tokens.status();

@@ -57,7 +57,11 @@ Result<Principal> AdminTarget(const Principal& caller, const std::string& reques
   return caller;
 }
 
-uint32_t TtlMs(Nanos ttl) { return static_cast<uint32_t>(ttl / kNanosPerMilli); }
+// A lease's remaining time for the client; 0 once past (a slow match or
+// reserve can outlast a short lease), never a wrapped-around month.
+uint32_t TtlMs(Nanos ttl) {
+  return static_cast<uint32_t>(std::max<Nanos>(ttl, 0) / kNanosPerMilli);
+}
 
 // The store's own lookup counters (cache_store.cc registers them; the same
 // name and labels return the same counter).
@@ -230,8 +234,9 @@ grpc::Status CacheStoreService::RenewLease(grpc::ServerContext* ctx,
     STRATA_RETURN_IF_ERROR(DataCaller(p));
     const Nanos ttl = Nanos{req->ttl_ms()} * kNanosPerMilli;
     if (ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl above 600000 ms");
-    STRATA_RETURN_IF_ERROR(s_.store->RenewLease(p, req->lease_id(), ttl));
-    resp->set_ttl_ms(TtlMs(ttl > 0 ? ttl : s_.default_read_lease_ttl));
+    Nanos applied = 0;
+    STRATA_RETURN_IF_ERROR(s_.store->RenewLease(p, req->lease_id(), ttl, &applied));
+    resp->set_ttl_ms(TtlMs(applied));
     return Status::Ok();
   });
 }

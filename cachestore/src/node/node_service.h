@@ -51,7 +51,6 @@ class SessionTable {
 struct NodeState {
   std::string node_id;
   uint64_t instance_id = 0;  // random per process
-  Nanos default_read_lease_ttl = 0;
   std::shared_ptr<CacheStore> store;
   TokenTable tokens;
   SessionTable sessions;
