@@ -313,6 +313,43 @@ TEST_F(ClusterStoreTest, ReserveAndPublishWriteEveryReplica) {
   for (const auto& node : nodes_) EXPECT_EQ(NodeStats(*node).reserved_entries(), 0u);
 }
 
+TEST_F(ClusterStoreTest, AReservationLeftAlonePastItsLeaseIsDroppedNotPublished) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 2);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 4, 3);
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(p, 0, 4, false)) blocks.push_back(c.block);
+  const auto first_two = std::span<const CommitBlock>(blocks).first(2);
+  auto abandoned = store->Reserve(TestModel(), first_two, 100 * kNanosPerMilli);
+  ASSERT_TRUE(abandoned.ok()) << abandoned.status().ToString();
+  for (size_t b = 0; b < 2; ++b) {
+    std::copy(p.blocks[b].bytes.begin(), p.blocks[b].bytes.end(),
+              abandoned->blocks[b].buffer.begin());
+  }
+  // Past expiry plus one more lease TTL the nodes have dropped the
+  // reservation, and the next reserve reclaims what the clients staged for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto next = store->Reserve(TestModel(), std::span<const CommitBlock>(blocks).subspan(2), 0);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  const std::vector<uint64_t> sums = {p.blocks[0].checksum, p.blocks[1].checksum};
+  auto late = store->Publish(abandoned->write_lease, sums);
+  EXPECT_EQ(late.status().code(), StatusCode::kNotFound) << late.status().ToString();
+  // The live reservation is untouched and publishes on every replica.
+  std::vector<uint64_t> next_sums;
+  for (size_t b = 2; b < 4; ++b) {
+    std::copy(p.blocks[b].bytes.begin(), p.blocks[b].bytes.end(),
+              next->blocks[b - 2].buffer.begin());
+    next_sums.push_back(p.blocks[b].checksum);
+  }
+  auto published = store->Publish(next->write_lease, next_sums);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  for (size_t b = 0; b < 2; ++b) {
+    EXPECT_TRUE(published->blocks[b].ok()) << published->blocks[b].ToString();
+    EXPECT_EQ(published->replicas[b], 2u);
+  }
+  for (const auto& node : nodes_) EXPECT_EQ(NodeStats(*node).reserved_entries(), 0u);
+}
+
 TEST_F(ClusterStoreTest, BlocksSpreadEvenlyOverRealNodes) {
   auto store = OpenCluster(MakeStaticMembership(Infos()), 1);
   ASSERT_NE(store, nullptr);

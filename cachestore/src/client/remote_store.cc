@@ -151,6 +151,16 @@ class RemoteStore final : public NodeClient {
 
   Result<Reservation> Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
                               Nanos write_lease_ttl) override {
+    return ReserveStaged(model, blocks, write_lease_ttl, /*stage=*/true);
+  }
+
+  Result<Reservation> ReserveUnstaged(const ModelId& model, std::span<const CommitBlock> blocks,
+                                      Nanos write_lease_ttl) override {
+    return ReserveStaged(model, blocks, write_lease_ttl, /*stage=*/false);
+  }
+
+  Result<Reservation> ReserveStaged(const ModelId& model, std::span<const CommitBlock> blocks,
+                                    Nanos write_lease_ttl, bool stage) {
     v1::ReserveResponse resp;
     STRATA_RETURN_IF_ERROR(ReserveRpc(model, blocks, write_lease_ttl, &resp));
     // The caller writes into local staging; Publish ships it to the node.
@@ -162,9 +172,13 @@ class RemoteStore final : public NodeClient {
       const v1::ReservedBlock& b = resp.blocks(i);
       ReservedBlock rb;
       if (b.state() == v1::RESERVED) {
-        auto& buf = staged.buffers.emplace_back(blocks[static_cast<size_t>(i)].payload_bytes);
         staged.ops.push_back({out.write_lease, b.location(), {}});
-        rb.buffer = std::span<std::byte>(buf);
+        staged.blocks.push_back(static_cast<size_t>(i));
+        staged.sizes.push_back(blocks[static_cast<size_t>(i)].payload_bytes);
+        if (stage) {
+          auto& buf = staged.buffers.emplace_back(blocks[static_cast<size_t>(i)].payload_bytes);
+          rb.buffer = std::span<std::byte>(buf);
+        }
       } else {
         rb.state = b.state() == v1::ALREADY_PRESENT ? ReserveState::kAlreadyPresent
                                                     : ReserveState::kInFlight;
@@ -180,24 +194,45 @@ class RemoteStore final : public NodeClient {
       const Nanos now = SteadyClock().Now();
       std::erase_if(staged_,
                     [&](const auto& kv) { return kv.second.expiry + kv.second.ttl <= now; });
-      staged_.emplace(out.write_lease, std::move(staged));
+      if (!staged_.emplace(out.write_lease, std::move(staged)).second) {
+        // Never hand out a second reservation under a live one's id: its
+        // buffers would be freed here while the caller writes into them.
+        // (The node drops the new reservation at its expiry.)
+        return Internal("the node granted write lease " + std::to_string(out.write_lease) +
+                        " twice");
+      }
     }
     return out;
   }
 
   Result<PublishResult> Publish(LeaseId write_lease, std::span<const uint64_t> checksums) override {
-    std::optional<Staged> staged;
-    {
-      std::lock_guard lock(staged_mu_);
-      auto it = staged_.find(write_lease);
-      if (it != staged_.end()) {
-        staged = std::move(it->second);
-        staged_.erase(it);
-      }
-    }
+    std::optional<Staged> staged = TakeStaged(write_lease);
     if (!staged.has_value()) return NotFound("no reservation " + std::to_string(write_lease));
+    if (staged->buffers.size() != staged->ops.size()) {
+      (void)Abort(write_lease);
+      return InvalidArgument("reservation " + std::to_string(write_lease) +
+                             " has no staging: publish it with PublishFrom");
+    }
     for (size_t i = 0; i < staged->ops.size(); ++i) {
       staged->ops[i].src = std::span<const std::byte>(staged->buffers[i]);
+    }
+    return WriteAndPublish(write_lease, staged->ops, checksums);
+  }
+
+  Result<PublishResult> PublishFrom(LeaseId write_lease,
+                                    std::span<const std::span<const std::byte>> payloads,
+                                    std::span<const uint64_t> checksums) override {
+    std::optional<Staged> staged = TakeStaged(write_lease);
+    if (!staged.has_value()) return NotFound("no reservation " + std::to_string(write_lease));
+    for (size_t i = 0; i < staged->ops.size(); ++i) {
+      const size_t b = staged->blocks[i];
+      if (b >= payloads.size() || payloads[b].size() != staged->sizes[i]) {
+        (void)Abort(write_lease);
+        return InvalidArgument("publish of reservation " + std::to_string(write_lease) +
+                               ": block " + std::to_string(b) + " needs " +
+                               std::to_string(staged->sizes[i]) + " payload bytes");
+      }
+      staged->ops[i].src = payloads[b];
     }
     return WriteAndPublish(write_lease, staged->ops, checksums);
   }
@@ -285,13 +320,24 @@ class RemoteStore final : public NodeClient {
 
  private:
   struct Staged {
-    std::vector<std::vector<std::byte>> buffers;
+    std::vector<std::vector<std::byte>> buffers;  // one per op, or none if unstaged
     std::vector<dataplane::DataPlaneClient::WriteOp> ops;
-    Nanos expiry = 0;  // the write lease's, on the steady clock
-    Nanos ttl = 0;     // and its length
+    std::vector<size_t> blocks;   // each op's block in the reservation
+    std::vector<uint64_t> sizes;  // and its payload bytes
+    Nanos expiry = 0;             // the write lease's, on the steady clock
+    Nanos ttl = 0;                // and its length
   };
 
   Nanos Deadline() const { return SteadyClock().Now() + options_.timeout; }
+
+  std::optional<Staged> TakeStaged(LeaseId write_lease) {
+    std::lock_guard lock(staged_mu_);
+    auto it = staged_.find(write_lease);
+    if (it == staged_.end()) return std::nullopt;
+    std::optional<Staged> staged = std::move(it->second);
+    staged_.erase(it);
+    return staged;
+  }
 
   // The release flusher: leases released and not carried by a match within
   // kReleaseDelay are ended with Abort calls, so an idle client never holds

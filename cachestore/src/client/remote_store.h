@@ -18,6 +18,20 @@ Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
 class NodeClient : public Store {
  public:
   virtual const std::string& caller_namespace() const = 0;
+
+  // Reserve without client-side staging (every ReservedBlock::buffer is
+  // empty): the caller keeps the bytes and hands them to PublishFrom. The
+  // cluster store stages once for all replicas; a staging buffer here would
+  // only be copied into, and could be reclaimed under it (store.h).
+  virtual Result<Reservation> ReserveUnstaged(const ModelId& model,
+                                              std::span<const CommitBlock> blocks,
+                                              Nanos write_lease_ttl) = 0;
+  // Publish with each reserved block's bytes from payloads[i] (i: the block's
+  // position in the reservation; exactly its payload_bytes). Works for a
+  // staged reservation too, ignoring its buffers.
+  virtual Result<PublishResult> PublishFrom(LeaseId write_lease,
+                                            std::span<const std::span<const std::byte>> payloads,
+                                            std::span<const uint64_t> checksums) = 0;
 };
 
 // A client-side match: checks the prompt, derives its chain keys for

@@ -53,6 +53,9 @@ constexpr Nanos kMaxSkip = Seconds(8);
 // meanwhile went there, and is still there.
 constexpr Nanos kMinCatchUp = Seconds(10);
 constexpr Nanos kMaxCatchUp = Minutes(10);
+// A node's default lease TTLs (CacheStoreOptions), for a renewal with ttl 0.
+constexpr Nanos kDefaultReadLeaseTtl = Seconds(10);
+constexpr Nanos kDefaultWriteLeaseTtl = Seconds(30);
 constexpr size_t kMaxTrackedLeases = 4096;
 constexpr uint32_t kMaxReplication = 16;
 
@@ -117,6 +120,9 @@ struct WriteLease {
   std::vector<uint32_t> present;                // per block: replicas that had it already
   std::vector<Status> failed;                   // per block: why no replica took it
   Nanos expiry = 0;
+  // Left alone this long (one more lease TTL past expiry, as RemoteStore
+  // does), the lease and its staging are dropped; under leases_mu_.
+  Nanos reclaim_at = 0;
 };
 
 // Block-wise outcome of a fan-out write, combined over replicas.
@@ -416,7 +422,7 @@ class ClusterStore final : public Store {
     for (size_t p = 0; p < parts.size(); ++p) {
       tasks.emplace_back([&, p] {
         results[p] = OnNode(*parts[p].node, kWrites, [&](NodeClient& client) {
-          return client.Reserve(model, node_blocks[p], write_lease_ttl);
+          return client.ReserveUnstaged(model, node_blocks[p], write_lease_ttl);
         });
       });
     }
@@ -479,11 +485,14 @@ class ClusterStore final : public Store {
     }
     lease->parts = std::move(parts);
     if (needs_bytes) {
+      const Nanos now = SteadyClock().Now();
       out.write_lease = next_lease_.fetch_add(1);
-      out.expiry = lease->expiry == std::numeric_limits<Nanos>::max()
-                       ? SteadyClock().Now() + call_timeout_
-                       : lease->expiry;
+      out.expiry =
+          lease->expiry == std::numeric_limits<Nanos>::max() ? now + call_timeout_ : lease->expiry;
+      lease->reclaim_at = out.expiry + std::max<Nanos>(out.expiry - now, 0);
       std::lock_guard lock(leases_mu_);
+      // Reservations neither published nor aborted: the nodes dropped them.
+      std::erase_if(write_leases_, [&](const auto& kv) { return kv.second->reclaim_at <= now; });
       write_leases_.emplace(out.write_lease, std::move(lease));
     }
     return out;
@@ -519,17 +528,13 @@ class ClusterStore final : public Store {
       tasks.emplace_back([&, p] {
         WritePart& part = lease->parts[p];
         std::vector<uint64_t> node_checksums;
-        for (size_t j = 0; j < part.positions.size(); ++j) {
-          const size_t b = part.positions[j];
+        std::vector<std::span<const std::byte>> payloads;
+        for (const size_t b : part.positions) {
           node_checksums.push_back(checksums[b]);
-          const ReservedBlock& rb = part.reservation.blocks[j];
-          if (rb.state == ReserveState::kReserved) {
-            std::copy_n(lease->staging[b].begin(),
-                        std::min(rb.buffer.size(), lease->staging[b].size()), rb.buffer.begin());
-          }
+          payloads.emplace_back(lease->staging[b]);
         }
         results[p] = OnNode(*part.node, kWrites, [&](NodeClient& client) {
-          return client.Publish(part.reservation.write_lease, node_checksums);
+          return client.PublishFrom(part.reservation.write_lease, payloads, node_checksums);
         });
       });
     }
@@ -624,6 +629,9 @@ class ClusterStore final : public Store {
     if (write != nullptr) {
       // Every replica that reserved must still hold its space.
       for (const Status& st : results) STRATA_RETURN_IF_ERROR(st);
+      const Nanos held = ttl > 0 ? ttl : kDefaultWriteLeaseTtl;
+      std::lock_guard lock(leases_mu_);
+      write->reclaim_at = std::max(write->reclaim_at, sent + 2 * held);
       return Status::Ok();
     }
     // A read lease survives while every block of the prefix keeps at least
@@ -639,7 +647,7 @@ class ClusterStore final : public Store {
     auto renewed = std::make_shared<ReadLease>(*read);
     // Only prunes our table; the nodes keep their own clocks (0: their
     // default of 10 s).
-    renewed->expiry = sent + (ttl > 0 ? ttl : Seconds(10));
+    renewed->expiry = sent + (ttl > 0 ? ttl : kDefaultReadLeaseTtl);
     auto gone = [&](const Holder& h) {
       return std::find(lost.begin(), lost.end(), h.lease) != lost.end();
     };
