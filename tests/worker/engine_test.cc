@@ -399,14 +399,28 @@ class StoreFaultTest : public ::testing::Test {
     (void)RunOne(Options(store_.get()), Turn1());
     cold_ = RunOne(Options(nullptr), Turn2());
   }
-  void ExpectRecomputed(const RunResult& r) {
+  // `unreachable`: the fault looked like a lost node, so the engine backs
+  // off (on a clock that stands still here) and commits nothing; otherwise
+  // it commits the recomputation's state, which is exact.
+  void ExpectRecomputed(const RunResult& r, bool unreachable) {
     ExpectIdentical(cold_, r);
     EXPECT_EQ(r.stats.hit_tokens, 0u);
     EXPECT_EQ(r.stats.recomputed_tokens, 512u);
     EXPECT_GE(r.stats.store_errors, 1u);
-    EXPECT_GE(r.stats.committed_swa, 1u);  // the recomputation's state is exact
+    if (unreachable) {
+      EXPECT_GT(r.stats.store_skipped, 0u);
+      EXPECT_EQ(r.stats.committed_blocks + r.stats.committed_swa, 0u);
+    } else {
+      EXPECT_GE(r.stats.committed_swa, 1u);
+    }
     ExpectStoreQuiet(cache_);
   }
+  EngineOptions StoppedClockOptions(Store* store) {
+    EngineOptions o = Options(store);
+    o.store_clock = &stopped_;
+    return o;
+  }
+  ManualClock stopped_;
   std::shared_ptr<CacheStore> cache_;
   std::unique_ptr<Store> store_;
   RunResult cold_;
@@ -414,13 +428,49 @@ class StoreFaultTest : public ::testing::Test {
 
 TEST_F(StoreFaultTest, FetchErrorMidPrefixRecomputesWithTheSameOutput) {
   FaultyStore faulty(*store_, FaultyStore::Fault::kFetchCutAfterBlock1);
-  ExpectRecomputed(RunOne(Options(&faulty), Turn2()));
+  ExpectRecomputed(RunOne(StoppedClockOptions(&faulty), Turn2()), /*unreachable=*/true);
   EXPECT_EQ(faulty.fetches, 1);
 }
 
 TEST_F(StoreFaultTest, FetchTimeoutRecomputesWithTheSameOutput) {
   FaultyStore faulty(*store_, FaultyStore::Fault::kFetchDeadline);
-  ExpectRecomputed(RunOne(Options(&faulty), Turn2()));
+  ExpectRecomputed(RunOne(StoppedClockOptions(&faulty), Turn2()), /*unreachable=*/true);
+}
+
+// A node that answers matches but whose transfers time out (a stalled data
+// plane) costs one fetch timeout per back-off, and the back-off doubles
+// although every probe's match succeeds.
+TEST_F(StoreFaultTest, StalledFetchesBackOffAndTheBackOffDoubles) {
+  FaultyStore faulty(*store_, FaultyStore::Fault::kFetchDeadline);
+  ManualClock clock;
+  EngineOptions o = Options(&faulty);
+  o.store_clock = &clock;
+  o.store_backoff = Seconds(1);
+  o.store_max_backoff = Seconds(8);
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  uint64_t next_id = 1;
+  auto run = [&] {
+    const RunResult r = RunOn(**engine, next_id++, Turn2());
+    ExpectIdentical(cold_, r);
+    return r;
+  };
+  RunResult r = run();  // the fetch times out: back off 1 s, commit nothing
+  EXPECT_EQ(faulty.fetches, 1);
+  EXPECT_EQ(r.stats.committed_blocks + r.stats.committed_swa, 0u);
+  EXPECT_GT(r.stats.store_skipped, 0u);
+  (void)run();  // backing off: no match, no fetch
+  EXPECT_EQ(faulty.fetches, 1);
+  clock.Advance(Seconds(1));
+  (void)run();  // the probe matches, its fetch times out: back off 2 s
+  EXPECT_EQ(faulty.fetches, 2);
+  clock.Advance(Seconds(1));
+  (void)run();
+  EXPECT_EQ(faulty.fetches, 2);
+  clock.Advance(Seconds(1));
+  (void)run();
+  EXPECT_EQ(faulty.fetches, 3);
+  ExpectStoreQuiet(cache_);
 }
 
 TEST_F(StoreFaultTest, FlippedPayloadBitIsCaughtAndRecomputed) {
@@ -429,7 +479,7 @@ TEST_F(StoreFaultTest, FlippedPayloadBitIsCaughtAndRecomputed) {
       cache_->MutablePayloadForTesting(kAdmin, keys[1], StateKind::kGlobalKv);
   ASSERT_FALSE(bytes.empty());
   bytes[bytes.size() / 2] ^= std::byte{0x10};  // inside a layer group of block 1
-  ExpectRecomputed(RunOne(Options(store_.get()), Turn2()));
+  ExpectRecomputed(RunOne(Options(store_.get()), Turn2()), /*unreachable=*/false);
 }
 
 TEST_F(StoreFaultTest, CommitResourceExhaustedLosesNothing) {

@@ -222,7 +222,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   const Nanos match_start = clock_.Now();
   Result<MatchResult> match = options_.store->MatchKeys(mr);
   if (metrics_) metrics_->OnMatch(SecondsBetween(match_start, clock_.Now()));
-  store_health_->Record(match.status());
+  store_health_->Record(match.status(), StoreHealth::Path::kControl);
   if (!match.ok()) {
     ++seq.stats.store_errors;
     return true;
@@ -366,7 +366,12 @@ bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
 
 void Engine::ReleaseFetch(Sequence& seq) {
   if (seq.fetch) {
-    (void)seq.fetch->Finish();
+    // Every fetch ends here, finished or given up: one that timed out or
+    // lost the node backs the store off like a failed match or commit.
+    const FetchOutcome out = seq.fetch->Finish();
+    if (out.status.ok() || StoreHealth::Unreachable(out.status)) {
+      store_health_->Record(out.status, StoreHealth::Path::kData);
+    }
     seq.fetch.reset();
     for (uint32_t p : seq.fetch_pages) pool_.Unref(p);  // the transfer's references
   }
@@ -446,7 +451,7 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
     cp.bytes = payload;
     cp.checksum = *checksum;
     Result<PublishResult> r = options_.store->Commit(model_id_, std::span(&cp, 1));
-    store_health_->Record(r.status());
+    store_health_->Record(r.status(), StoreHealth::Path::kData);
     if (r.ok() && r->blocks.size() == 1 && r->blocks[0].ok()) {
       ++seq.stats.committed_blocks;
       seq.committed_upto = block + 1;
@@ -487,7 +492,7 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
     cp.bytes = payload;
     cp.checksum = *checksum;
     Result<PublishResult> r = options_.store->Commit(model_id_, std::span(&cp, 1));
-    store_health_->Record(r.status());
+    store_health_->Record(r.status(), StoreHealth::Path::kData);
     if (r.ok() && r->blocks.size() == 1 && r->blocks[0].ok()) {
       ++seq.stats.committed_swa;
     } else {
@@ -619,7 +624,6 @@ std::vector<StepOutput> Engine::Step() {
           std::all_of(seq.group_loaded.begin(), seq.group_loaded.end(), [](bool b) { return b; });
       if (all_loaded) {
         const FetchOutcome out = seq.fetch->Finish();
-        store_health_->Record(out.status);
         failed = out.blocks_ready < seq.fetch_blocks || (seq.fetch_swa && !out.swa_ready);
         if (!failed && metrics_)
           metrics_->OnFetch(seq.fetch->FirstGroupSeconds(), seq.fetch->Seconds());

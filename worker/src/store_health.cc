@@ -4,9 +4,9 @@
 
 namespace strata::worker {
 
-void StoreHealth::Record(const Status& status) {
+void StoreHealth::Record(const Status& status, Path path) {
   if (!Unreachable(status)) {
-    backoff_ = 0;
+    if (path == Path::kData) backoff_ = 0;
     retry_at_ = 0;
     return;
   }

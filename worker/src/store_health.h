@@ -4,7 +4,10 @@
 // batch. After such a failure the engine leaves the store alone (no match:
 // every token computed; no commit) for a back-off that doubles while the
 // store stays unreachable; the first call after it is the probe. Any
-// answer, even an error, ends the back-off.
+// answer, even an error, ends the back-off. A match answered by a node
+// whose data path is down (a fetch or commit then times out) ends it but
+// keeps its length, so the next data-path failure still doubles it: only
+// a fetch or commit that gets an answer resets it.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +24,11 @@ class StoreHealth {
 
   // False while backing off.
   bool Usable() const { return clock_.Now() >= retry_at_; }
+  // What a store call needed: the control plane only (a match), or the
+  // bytes too (a fetch, a commit).
+  enum class Path { kControl, kData };
   // The outcome of a store call made while usable.
-  void Record(const Status& status);
+  void Record(const Status& status, Path path);
 
   // A failure that says the store is out of reach rather than that it
   // refused this one call.
