@@ -174,6 +174,9 @@ TEST_F(CacheStoreTest, WriteLeasesRenewToTheWriteDefaultAndOnlyWritersDropThem) 
   const Principal reader{t_.writer.ns, Role::kRead};
   EXPECT_EQ(t_.store->Abort(reader, r.write_lease).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(t_.store->Stats().write_leases, 1u);
+  // Nor keep it for ever.
+  EXPECT_EQ(t_.store->RenewLease(reader, r.write_lease, Seconds(60)).code(),
+            StatusCode::kPermissionDenied);
   // Renewed with ttl 0, a write lease gets the write default (30 s), not
   // the read default (10 s).
   ASSERT_TRUE(t_.store->RenewLease(t_.writer, r.write_lease, 0).ok());
@@ -183,6 +186,37 @@ TEST_F(CacheStoreTest, WriteLeasesRenewToTheWriteDefaultAndOnlyWritersDropThem) 
   auto published = t_.store->Publish(t_.writer, r.write_lease, std::span(&p.checksum, 1));
   ASSERT_TRUE(published.ok()) << published.status().ToString();
   EXPECT_TRUE(published->blocks[0].ok()) << published->blocks[0].ToString();
+}
+
+TEST(LeaseLimitTest, ANamespaceLeasesAtMostItsLimitOfEntries) {
+  testing::TestStore t(1 << 20, 0.95, 0.85, "lru", /*max_leased_entries=*/8);
+  const Principal other{"tenant-b", Role::kWrite};
+  const auto tokens = Tokens(16, 21);  // 4 tiny blocks
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4).ok());
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4, other).ok());
+  // A leased match may hold every block and an SWA state: 5 of the 8.
+  auto first = t.store->Match(t.writer, t.Request(tokens, Seconds(10)));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->blocks.size(), 4u);
+  auto second = t.store->Match(t.writer, t.Request(tokens, Seconds(10)));
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
+  // A match without a lease, and another namespace, are not limited by it.
+  EXPECT_EQ(t.store->Match(t.writer, t.Request(tokens))->blocks.size(), 4u);
+  EXPECT_TRUE(t.store->Match(other, t.Request(tokens, Seconds(10))).ok());
+  // Reservations count too: 4 leased + 5 would pass 8.
+  const auto fresh = Tokens(20, 22);
+  const auto keys = t.Keys(fresh, t.writer);
+  std::vector<CommitBlock> blocks;
+  for (size_t b = 0; b < 5; ++b) {
+    blocks.push_back({keys[b], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                      TinyGlobalLayout().PayloadBytes(),
+                      b == 0 ? std::nullopt : std::optional<ChainKey>(keys[b - 1])});
+  }
+  EXPECT_EQ(t.store->Reserve(t.writer, TestModel(), blocks).status().code(),
+            StatusCode::kResourceExhausted);
+  // Ending the lease makes room again.
+  ASSERT_TRUE(t.store->Abort(t.writer, first->lease).ok());
+  EXPECT_TRUE(t.store->Reserve(t.writer, TestModel(), blocks).ok());
 }
 
 TEST(LeaseIdTest, StoresDoNotStartTheirLeaseIdsAtTheSamePlace) {

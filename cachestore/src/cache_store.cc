@@ -591,6 +591,19 @@ struct CacheStore::Impl {
     return it->second;
   }
 
+  // RESOURCE_EXHAUSTED if `more` leased entries would take namespace `ns`
+  // past max_leased_entries_per_namespace. Checked before pinning, so
+  // concurrent calls can overshoot by what they lease at once.
+  Status CheckLeaseRoom(const std::string& ns, uint64_t more) const {
+    const std::optional<uint32_t> id = FindNamespace(ns);
+    const uint64_t held = id.has_value() ? leases.leased_entries(*id) : 0;
+    if (held + more <= opts.max_leased_entries_per_namespace) return Status::Ok();
+    return ResourceExhausted("namespace '" + ns + "' holds " + std::to_string(held) +
+                             " leased entries; " + std::to_string(more) + " more would pass the " +
+                             std::to_string(opts.max_leased_entries_per_namespace) +
+                             " allowed: end leases (Abort) you are done with");
+  }
+
   uint32_t InternNamespace(const std::string& ns) {
     if (auto id = FindNamespace(ns)) return *id;
     std::unique_lock lock(ns_mu);
@@ -1318,6 +1331,7 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, blocks));
   const ChainRoot root{caller.ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
+  if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1));
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens, static_cast<uint32_t>(blocks),
                       req.take_lease, req.lease_ttl);
   // Hash block by block and stop at the first miss: the rest of the prompt
@@ -1335,6 +1349,9 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
 Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKeysRequest& req) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
+  if (req.take_lease) {
+    STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1));  // + SWA
+  }
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
                       static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl,
                       req.promote_ssd);
@@ -1598,6 +1615,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     Status st = s.ValidateCommitBlock(blocks[i], &layouts[i]);
     if (!st.ok()) return Status(st.code(), "block " + std::to_string(i) + ": " + st.message());
   }
+  STRATA_RETURN_IF_ERROR(s.CheckLeaseRoom(caller.ns, blocks.size()));
   const uint32_t ns = s.InternNamespace(caller.ns);
   const Nanos now = s.clock->Now();
 
@@ -1819,10 +1837,13 @@ Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
   if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl out of range");
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value()) return LeaseExpired("lease " + std::to_string(lease) + " is not live");
-  if (ttl == 0) {
-    ttl = s.leases.IsWrite(*ns, lease).value_or(false) ? s.opts.default_write_lease_ttl
-                                                       : s.opts.default_read_lease_ttl;
+  const bool write = s.leases.IsWrite(*ns, lease).value_or(false);
+  if (write && !RoleAllows(caller, Role::kWrite)) {
+    // A reservation renewed for ever holds unevictable space.
+    return PermissionDenied("renewing write lease " + std::to_string(lease) +
+                            " needs the write role");
   }
+  if (ttl == 0) ttl = write ? s.opts.default_write_lease_ttl : s.opts.default_read_lease_ttl;
   const Nanos now = s.clock->Now();
   STRATA_RETURN_IF_ERROR(s.leases.Renew(*ns, lease, now, now + ttl));
   if (applied_ttl != nullptr) *applied_ttl = ttl;

@@ -1,5 +1,6 @@
 #include "lease_table.h"
 
+#include <algorithm>
 #include <random>
 
 namespace strata {
@@ -22,8 +23,22 @@ LeaseId LeaseTable::Grant(LeaseRecord record) {
   } while (next_id_ == 0 || leases_.contains(next_id_));
   record.id = next_id_;
   const LeaseId id = record.id;
+  leased_entries_[record.ns] += record.entries.size();
   leases_.emplace(id, std::move(record));
   return id;
+}
+
+void LeaseTable::ForgetLocked(const LeaseRecord& record) {
+  auto it = leased_entries_.find(record.ns);
+  if (it == leased_entries_.end()) return;
+  it->second -= std::min<uint64_t>(it->second, record.entries.size());
+  if (it->second == 0) leased_entries_.erase(it);
+}
+
+uint64_t LeaseTable::leased_entries(uint32_t ns) const {
+  std::lock_guard lock(mu_);
+  auto it = leased_entries_.find(ns);
+  return it == leased_entries_.end() ? 0 : it->second;
 }
 
 std::optional<bool> LeaseTable::IsWrite(uint32_t ns, LeaseId id) const {
@@ -62,6 +77,7 @@ std::optional<LeaseRecord> LeaseTable::Take(uint32_t ns, LeaseId id) {
   if (it == leases_.end() || it->second.ns != ns) return std::nullopt;
   LeaseRecord record = std::move(it->second);
   leases_.erase(it);
+  ForgetLocked(record);
   return record;
 }
 
@@ -70,6 +86,7 @@ std::vector<LeaseRecord> LeaseTable::TakeExpired(Nanos now) {
   std::vector<LeaseRecord> out;
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.expiry <= now) {
+      ForgetLocked(it->second);
       out.push_back(std::move(it->second));
       it = leases_.erase(it);
     } else {
@@ -85,6 +102,7 @@ std::vector<LeaseRecord> LeaseTable::TakeAll() {
   out.reserve(leases_.size());
   for (auto& [id, record] : leases_) out.push_back(std::move(record));
   leases_.clear();
+  leased_entries_.clear();
   return out;
 }
 

@@ -49,6 +49,8 @@ class LeaseTable {
   std::vector<LeaseRecord> TakeAll();
 
   size_t live(bool write) const;
+  // Entries held by namespace `ns`'s leases, live or expired (until taken).
+  uint64_t leased_entries(uint32_t ns) const;
 
  private:
   mutable std::mutex mu_;
@@ -57,6 +59,9 @@ class LeaseTable {
   // or write of the old lease would land on someone else's new one).
   LeaseId next_id_;
   std::unordered_map<LeaseId, LeaseRecord> leases_;
+  std::unordered_map<uint32_t, uint64_t> leased_entries_;  // by namespace
+
+  void ForgetLocked(const LeaseRecord& record);
 };
 
 }  // namespace strata

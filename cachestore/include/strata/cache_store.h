@@ -35,6 +35,11 @@ struct CacheStoreOptions {
   Nanos swa_ttl = Minutes(10);
   Nanos default_read_lease_ttl = Seconds(10);
   Nanos default_write_lease_ttl = Seconds(30);
+  // Entries held by one namespace's live leases, read and write, at most
+  // (each takes a pin and a little memory until the lease ends): a match
+  // taking a lease or a reserve past it gets RESOURCE_EXHAUSTED, so no
+  // tenant pins the whole store or grows the node without bound.
+  uint64_t max_leased_entries_per_namespace = uint64_t{1} << 20;
   std::string eviction_policy = "lru";  // "aslru", "deadline": docs/eviction-policy.md
   uint32_t index_shards = 64;           // a power of two
   // Threads that share one large fetch's verified copy, the caller
@@ -175,7 +180,8 @@ class CacheStore {
   Result<PublishResult> Commit(const Principal& caller, const ModelId& model,
                                std::span<const CommitPayload> payloads);
   // Extends a live lease to now + ttl (0: the default read or write lease
-  // ttl, by the lease's kind); *applied_ttl, if given, gets the ttl used.
+  // ttl, by the lease's kind; a write lease needs the write role);
+  // *applied_ttl, if given, gets the ttl used.
   Status RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
                     Nanos* applied_ttl = nullptr);
   // Ends a read lease or drops a reservation (which needs the write role).
