@@ -28,6 +28,7 @@ global_kv_ttl: 72h
 swa_ttl: 10m
 read_lease_ttl: 250ms
 write_lease_ttl: 30s
+max_leased_entries_per_namespace: 4096
 eviction_policy: aslru
 tokens_file: /etc/strata/tokens
 data_plane_mode: am
@@ -47,6 +48,7 @@ ssd_eviction_policy: deadline
   EXPECT_EQ(c->global_kv_ttl, Hours(72));
   EXPECT_EQ(c->swa_ttl, Minutes(10));
   EXPECT_EQ(c->read_lease_ttl, 250 * kNanosPerMilli);
+  EXPECT_EQ(c->max_leased_entries_per_namespace, 4096u);
   EXPECT_EQ(c->eviction_policy, "aslru");
   EXPECT_EQ(c->data_plane_mode, "am");
   EXPECT_TRUE(ValidateNodeConfig(*c).ok());
@@ -173,6 +175,13 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
             std::string::npos);
   EXPECT_NE(ApplyNodeConfigOverride(&c, "ssd_data_files=0").message().find("ssd_data_files"),
             std::string::npos);
+  for (const char* bad :
+       {"max_leased_entries_per_namespace=0", "max_leased_entries_per_namespace=-1",
+        "max_leased_entries_per_namespace=1e30"}) {
+    EXPECT_NE(ApplyNodeConfigOverride(&c, bad).message().find("max_leased_entries_per_namespace"),
+              std::string::npos)
+        << bad;
+  }
 }
 
 TEST(TokenTableTest, ParsesAndAuthenticates) {

@@ -72,17 +72,20 @@ class NodeProcess {
   };
 
   // Starts the node and waits for its "listening" line. On failure returns
-  // nullptr and puts the log in *error.
+  // nullptr and puts the log in *error. `tokens`: the tokens file; empty:
+  // every kToken* above.
   static std::unique_ptr<NodeProcess> Start(const std::string& dir, const Options& options,
-                                            std::string* error) {
+                                            std::string* error,
+                                            const std::vector<TestToken>& tokens = {}) {
     std::unique_ptr<NodeProcess> n(new NodeProcess());
     n->dir_ = dir;
     n->log_path_ = dir + "/node-" + std::to_string(++Counter()) + ".log";
-    const std::string tokens = dir + "/tokens";
+    const std::string tokens_file = dir + "/tokens";
     {
-      std::ofstream out(tokens);
-      for (const TestToken& t :
-           {kTokenA, kTokenB, kTokenReadA, kTokenAdminA, kTokenAdminB, kTokenOperator}) {
+      std::ofstream out(tokens_file);
+      const std::vector<TestToken> all = {kTokenA,      kTokenB,      kTokenReadA,
+                                          kTokenAdminA, kTokenAdminB, kTokenOperator};
+      for (const TestToken& t : tokens.empty() ? all : tokens) {
         out << HashToken(t.token) << " " << t.ns << " " << t.role << "\n";
       }
     }
@@ -92,7 +95,7 @@ class NodeProcess {
                                      "--http-listen",
                                      "127.0.0.1:0",
                                      "--tokens-file",
-                                     tokens,
+                                     tokens_file,
                                      "--dram-bytes",
                                      "256MiB",
                                      "--set",

@@ -27,9 +27,10 @@ class NodeTest : public ::testing::Test {
     node_.reset();
     std::filesystem::remove_all(dir_);
   }
-  void StartNode(const NodeProcess::Options& options = {}) {
+  void StartNode(const NodeProcess::Options& options = {},
+                 const std::vector<TestToken>& tokens = {}) {
     std::string error;
-    node_ = NodeProcess::Start(dir_, options, &error);
+    node_ = NodeProcess::Start(dir_, options, &error, tokens);
     ASSERT_NE(node_, nullptr) << error;
   }
 
@@ -170,8 +171,25 @@ TEST_F(NodeTest, RoundTripActiveMessages) {
 }
 
 TEST_F(NodeTest, RoundTripRma) {
-  StartNode();
+  StartNode({.port = 0, .settings = {"data_plane_mode=rma"}});
   RoundTrip(*node_, "rma", 2);
+}
+
+// An RMA key reads the whole arena: `auto` offers it only when one tenant
+// has the node; with several, every read goes through the node's lease
+// check unless the operator says `rma`.
+TEST_F(NodeTest, AutoOffersRmaOnlyWhenOneTenantHasTheNode) {
+  StartNode();  // tenant-a and tenant-b
+  ClientOptions rma;
+  rma.token = kTokenA.token;
+  rma.data_plane_mode = "rma";
+  const Status refused = OpenStore(node_->uri(), rma).status();
+  EXPECT_NE(refused.message().find("active-message reads only"), std::string::npos)
+      << refused.ToString();
+  RoundTrip(*node_, "auto", 3);  // active messages
+  node_.reset();
+  StartNode({}, {kTokenA, kTokenReadA, kTokenAdminA, kTokenOperator});
+  RoundTrip(*node_, "rma", 4);
 }
 
 TEST_F(NodeTest, RoundTripOverTcp) {
@@ -774,7 +792,7 @@ TEST_F(NodeTest, TlsControlPlane) {
 }
 
 TEST_F(NodeTest, ManyConcurrentClients) {
-  StartNode();
+  StartNode({.port = 0, .settings = {"data_plane_mode=rma"}});  // two tenants, RMA and AM clients
   constexpr int kClients = 8;
   constexpr int kRounds = 4;
   auto seed_store = Open(*node_, kTokenA.token);

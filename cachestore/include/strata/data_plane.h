@@ -7,7 +7,8 @@
 //  - Reads, kRma: ucp_get_nbx straight from the node's registered arena; the
 //    node's CPU is not involved. Only offered when the node allows it
 //    (ServerOptions::mode != kActiveMessage): the rkey covers the whole arena,
-//    so RMA clients are trusted with arena-wide read access.
+//    so RMA clients are trusted with arena-wide read access (a node's `auto`
+//    mode serves active messages only when several tenants share it).
 //  - Reads, kActiveMessage: the client sends a small request {session, lease,
 //    op id, offset, length} (over TCP, a list of ranges: ReadOp::more); the
 //    node checks Access::authorize_read for each range and replies with one

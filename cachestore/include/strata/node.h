@@ -25,6 +25,8 @@ struct NodeConfig {
   Nanos swa_ttl = Minutes(10);
   Nanos read_lease_ttl = Seconds(10);
   Nanos write_lease_ttl = Seconds(30);
+  // CacheStoreOptions::max_leased_entries_per_namespace.
+  uint64_t max_leased_entries_per_namespace = uint64_t{1} << 20;
   std::string eviction_policy = "lru";
   // Layouts besides the built-in V4.1 ones (a model with another shape, or
   // the trace replay's). YAML: a list of specs or one string; --set:
@@ -47,9 +49,11 @@ struct NodeConfig {
   std::string tokens_file;
   std::string tls_cert_file;  // both set: the control plane speaks TLS only
   std::string tls_key_file;
-  std::string data_plane_mode = "auto";  // auto, rma or am (see data_plane.h)
-  Nanos shutdown_grace = Seconds(10);    // in-flight work gets this long on SIGTERM
-  std::string log_format = "text";       // text or json
+  // auto, rma or am (see data_plane.h); auto is am when the tokens file
+  // holds more than one tenant namespace (an RMA key reads the whole arena).
+  std::string data_plane_mode = "auto";
+  Nanos shutdown_grace = Seconds(10);  // in-flight work gets this long on SIGTERM
+  std::string log_format = "text";     // text or json
   std::string log_level = "info";
   // Cluster membership (DESIGN §6): the node registers itself in etcd under
   // /strata/<name>/nodes/<node_id> with a lease. Off while etcd_endpoints is

@@ -142,6 +142,17 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   Result<dataplane::Mode> mode = dataplane::ParseMode(config.data_plane_mode);
   if (!mode.ok()) return mode.status();
   st.data_plane_mode = config.data_plane_mode;
+  if (*mode == dataplane::Mode::kAuto && st.tokens.tenant_namespaces() > 1) {
+    // An RMA key reads the whole arena, every tenant's entries included:
+    // with tenants that must not see each other, every read goes through
+    // the node, checked against its lease. `rma` says they may.
+    *mode = dataplane::Mode::kActiveMessage;
+    st.data_plane_mode = "am";
+    spdlog::info(
+        "data plane: {} tenant namespaces in the tokens file: data_plane_mode auto serves active "
+        "messages only (set rma to trust every tenant with arena-wide reads)",
+        st.tokens.tenant_namespaces());
+  }
   st.rdma_devices = dataplane::DiscoverRdmaDevices();
   dataplane::Access access;
   NodeState* state = &st;
@@ -174,6 +185,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   opts.swa_ttl = config.swa_ttl;
   opts.default_read_lease_ttl = config.read_lease_ttl;
   opts.default_write_lease_ttl = config.write_lease_ttl;
+  opts.max_leased_entries_per_namespace = config.max_leased_entries_per_namespace;
   opts.eviction_policy = config.eviction_policy;
   opts.extra_layouts = config.extra_layouts;
   if (!config.ssd_dir.empty()) {
@@ -278,8 +290,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
       "event=node_started node_id={} grpc_port={} http_port={} dram_bytes={} tokens={} "
       "data_plane_mode={} rdma_devices={} tls={}",
       st.node_id, impl->grpc_port, impl->http ? impl->http->port() : 0, config.dram_bytes,
-      st.tokens.size(), config.data_plane_mode, st.rdma_devices.size(),
-      !config.tls_cert_file.empty());
+      st.tokens.size(), st.data_plane_mode, st.rdma_devices.size(), !config.tls_cert_file.empty());
   return std::unique_ptr<Node>(new Node(std::move(impl)));
 }
 

@@ -70,6 +70,16 @@ Result<uint32_t> ParseCount(const std::string& text) {
   return v;
 }
 
+// A positive count up to 2^40 (limits such as leased entries).
+Result<uint64_t> ParseLimit(const std::string& text) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v == 0 || v > (uint64_t{1} << 40)) {
+    return InvalidArgument("not a count in [1, 2^40]: '" + text + "'");
+  }
+  return v;
+}
+
 Result<bool> ParseBool(const std::string& text) {
   if (text == "true" || text == "yes" || text == "on") return true;
   if (text == "false" || text == "no" || text == "off") return false;
@@ -108,6 +118,8 @@ const std::map<std::string, Setter>& Setters() {
       {"swa_ttl", Field(&NodeConfig::swa_ttl, ParseDuration)},
       {"read_lease_ttl", Field(&NodeConfig::read_lease_ttl, ParseDuration)},
       {"write_lease_ttl", Field(&NodeConfig::write_lease_ttl, ParseDuration)},
+      {"max_leased_entries_per_namespace",
+       Field(&NodeConfig::max_leased_entries_per_namespace, ParseLimit)},
       {"eviction_policy", Text(&NodeConfig::eviction_policy)},
       {"extra_layouts", Field(&NodeConfig::extra_layouts, ParseLayoutSpecs)},
       {"ssd_dir", Text(&NodeConfig::ssd_dir)},

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 #include "strata/chain_key.h"
 
@@ -70,6 +71,14 @@ Result<TokenTable> TokenTable::Parse(std::string_view text, const std::string& o
     }
   }
   return table;
+}
+
+size_t TokenTable::tenant_namespaces() const {
+  std::unordered_set<std::string_view> names;
+  for (const auto& [hash, p] : by_hash_) {
+    if (p.ns != kOperatorNamespace) names.insert(p.ns);
+  }
+  return names.size();
 }
 
 Result<Principal> TokenTable::Authenticate(std::string_view authorization) const {

@@ -29,6 +29,8 @@ class TokenTable {
   // From the "authorization" header value ("Bearer <token>").
   Result<Principal> Authenticate(std::string_view authorization) const;
   size_t size() const { return by_hash_.size(); }
+  // Distinct namespaces of the tokens, the operator's '*' not counted.
+  size_t tenant_namespaces() const;
 
  private:
   std::unordered_map<std::string, Principal> by_hash_;
