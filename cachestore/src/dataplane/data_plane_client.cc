@@ -292,14 +292,16 @@ struct DataPlaneClient::Impl {
   // Closes the endpoint; `force` cancels whatever is outstanding on it.
   void CloseEndpoint(bool force) {
     if (ucx == nullptr || ep == nullptr) return;
-    if (rkey != nullptr) ucp_rkey_destroy(rkey);
-    rkey = nullptr;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     ep = nullptr;
     (void)internal::WaitRequest(ucx->worker, r, SteadyNow() + kTeardownGrace, "closing endpoint");
+    // Only now: RMA gets still queued on the endpoint use the key until the
+    // close has flushed or purged them.
+    if (rkey != nullptr) ucp_rkey_destroy(rkey);
+    rkey = nullptr;
   }
 
   // ---- calls ----

@@ -77,6 +77,16 @@ struct DataPlaneServer::Impl {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> in_flight{0};
+  // Read and write handlers running now. A handler that checked `draining`
+  // before Drain set it starts its transfer (in_flight) before it ends, so
+  // Drain waits for both: otherwise it could see no transfer in flight just
+  // before one starts.
+  std::atomic<uint32_t> handling{0};
+  struct Handling {
+    explicit Handling(Impl* impl) : impl(impl) { impl->handling.fetch_add(1); }
+    ~Handling() { impl->handling.fetch_sub(1); }
+    Impl* impl;
+  };
   // Changed by the progress thread only (under pending_mu, so that stats()
   // can look at how old the oldest is).
   std::unordered_set<Pending*> pending;
@@ -274,6 +284,7 @@ struct DataPlaneServer::Impl {
                                     void* /*data*/, size_t /*length*/,
                                     const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
+    const Handling handling(self);
     RequestHeader h;
     if (!self->Accept(header, header_length, param, &h)) return UCS_OK;
     Result<TransferHold> hold = self->CheckRequest(h, self->access.authorize_read);
@@ -342,7 +353,7 @@ struct DataPlaneServer::Impl {
 
   Result<TransferHold> CheckRequest(const RequestHeader& h, const Access::Authorize& authorize) {
     if (h.version != kWireVersion) return InvalidArgument("data plane wire version mismatch");
-    if (draining.load(std::memory_order_acquire)) return Unavailable("node is draining");
+    if (draining.load()) return Unavailable("node is draining");
     STRATA_RETURN_IF_ERROR(CheckRange(h));
     if (!authorize)
       return PermissionDenied("node has no authorization callback for this operation");
@@ -352,6 +363,7 @@ struct DataPlaneServer::Impl {
   static ucs_status_t OnWriteRequest(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
+    const Handling handling(self);
     RequestHeader h;
     if (!self->Accept(header, header_length, param, &h)) return UCS_OK;  // drops rendezvous data
     Result<TransferHold> hold =
@@ -403,9 +415,10 @@ struct DataPlaneServer::Impl {
     ucp_ep_h ep = p->reply_ep;
     Untrack(p);
     delete p;
+    // The ack (a transfer of its own) starts before this one ends, so a
+    // draining node never sees nothing in flight in between.
+    if (!destroying) WriteLanded(h, ep, status);  // the worker going away: no acks
     in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    if (destroying) return;  // the worker is going away: no acks any more
-    WriteLanded(h, ep, status);
   }
 
   void WriteLanded(const RequestHeader& h, ucp_ep_h ep, ucs_status_t status) {
@@ -514,8 +527,8 @@ const std::string& DataPlaneServer::host_id() const { return impl_->host_id; }
 Mode DataPlaneServer::mode() const { return impl_->options.mode; }
 
 Status DataPlaneServer::Drain(Nanos deadline) {
-  impl_->draining.store(true, std::memory_order_release);
-  while (impl_->in_flight.load(std::memory_order_acquire) > 0) {
+  impl_->draining.store(true);
+  while (impl_->handling.load() > 0 || impl_->in_flight.load() > 0) {
     if (internal::SteadyNow() > deadline) {
       return DeadlineExceeded(std::to_string(impl_->in_flight.load()) +
                               " data plane transfers still in flight");
