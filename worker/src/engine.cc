@@ -367,9 +367,11 @@ bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
 void Engine::ReleaseFetch(Sequence& seq) {
   if (seq.fetch) {
     // Every fetch ends here, finished or given up: one that timed out or
-    // lost the node backs the store off like a failed match or commit.
+    // lost the node backs the store off like a failed match or commit. Not
+    // while backing off already: fetches started together and failing
+    // together are one failure, and a late success is no probe.
     const FetchOutcome out = seq.fetch->Finish();
-    if (out.status.ok() || StoreHealth::Unreachable(out.status)) {
+    if (store_health_->Usable() && (out.status.ok() || StoreHealth::Unreachable(out.status))) {
       store_health_->Record(out.status, StoreHealth::Path::kData);
     }
     seq.fetch.reset();

@@ -53,9 +53,8 @@ constexpr Nanos kMaxSkip = Seconds(8);
 // meanwhile went there, and is still there.
 constexpr Nanos kMinCatchUp = Seconds(10);
 constexpr Nanos kMaxCatchUp = Minutes(10);
-// A node's default lease TTLs (CacheStoreOptions), for a renewal with ttl 0.
+// A node's default read lease TTL (CacheStoreOptions), for a renewal with ttl 0.
 constexpr Nanos kDefaultReadLeaseTtl = Seconds(10);
-constexpr Nanos kDefaultWriteLeaseTtl = Seconds(30);
 constexpr size_t kMaxTrackedLeases = 4096;
 constexpr uint32_t kMaxReplication = 16;
 
@@ -629,7 +628,9 @@ class ClusterStore final : public Store {
     if (write != nullptr) {
       // Every replica that reserved must still hold its space.
       for (const Status& st : results) STRATA_RETURN_IF_ERROR(st);
-      const Nanos held = ttl > 0 ? ttl : kDefaultWriteLeaseTtl;
+      // With ttl 0 each node applies its own default, which we do not
+      // know: assume the longest a lease may have.
+      const Nanos held = ttl > 0 ? ttl : kMaxLeaseTtl;
       std::lock_guard lock(leases_mu_);
       write->reclaim_at = std::max(write->reclaim_at, sent + 2 * held);
       return Status::Ok();

@@ -304,6 +304,7 @@ struct DataPlaneServer::Impl {
   static ucs_status_t OnReadvRequest(void* arg, const void* header, size_t header_length,
                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
+    const Handling handling(self);
     RequestHeader h;
     if (!self->Accept(header, header_length, param, &h)) return UCS_OK;
     std::vector<ucp_dt_iov_t> iov;
