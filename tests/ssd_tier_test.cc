@@ -392,111 +392,101 @@ TEST(SsdTierTest, WatermarkEvictsLeastRecentlyUsedAndReusesSpace) {
   EXPECT_EQ(tier->Stats().entries, entries);
 }
 
+// A ring of depth 2 over one 16-block O_DIRECT file, and batches of six
+// one-block ops whose writes fill `block` and whose reads count the blocks
+// that came back equal to it.
+class UringRingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = dir_.path() + "/data";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+    ASSERT_GE(fd_, 0);
+    ASSERT_EQ(::ftruncate(fd_, 16 * kSsdBlockBytes), 0);
+    auto created = UringRing::Create(std::span(&fd_, 1), /*depth=*/2, kSsdBlockBytes);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    ring_ = std::move(created).value();
+  }
+  void TearDown() override {
+    ring_.reset();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  static std::vector<IoOp> Batch(bool write) {
+    std::vector<IoOp> ops(6);
+    for (uint32_t i = 0; i < ops.size(); ++i) {
+      ops[i].write = write;
+      ops[i].offset = uint64_t{i} * kSsdBlockBytes;
+      ops[i].length = kSsdBlockBytes;
+    }
+    return ops;
+  }
+  void Run(std::vector<IoOp>& ops) {
+    ring_->Run(
+        ops,
+        [&](size_t, std::span<std::byte> buf) {
+          std::memcpy(buf.data(), block_.data(), buf.size());
+        },
+        [&](size_t, std::span<std::byte> buf) {
+          drained_ += std::equal(buf.begin(), buf.end(), block_.begin()) ? 1 : 0;
+        },
+        [&](size_t) { ++done_; });
+  }
+
+  TempDir dir_;
+  int fd_ = -1;
+  std::unique_ptr<UringRing> ring_;
+  const std::vector<std::byte> block_ = RandomBytes(kSsdBlockBytes, 21);
+  size_t drained_ = 0;
+  size_t done_ = 0;
+};
+
 // The ring under the SSD tier: a submission the kernel cannot take now is
 // retried (never a wait on nothing), and a ring that fails outright waits
 // for what the kernel holds, fails the rest, and runs no later batch (a
 // stale completion would land in it).
-TEST(UringRingTest, RetriesRefusedSubmitsAndBreaksOnFailure) {
-  TempDir dir;
-  const std::string path = dir.path() + "/data";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, 16 * kSsdBlockBytes), 0);
-  auto created = UringRing::Create(std::span(&fd, 1), /*depth=*/2, kSsdBlockBytes);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  UringRing& ring = **created;
-  const std::vector<std::byte> block = RandomBytes(kSsdBlockBytes, 21);
-  auto batch = [](bool write) {
-    std::vector<IoOp> ops(6);
-    for (uint32_t i = 0; i < ops.size(); ++i) {
-      ops[i].write = write;
-      ops[i].offset = uint64_t{i} * kSsdBlockBytes;
-      ops[i].length = kSsdBlockBytes;
-    }
-    return ops;
-  };
-  auto fill = [&](size_t, std::span<std::byte> buf) {
-    std::memcpy(buf.data(), block.data(), buf.size());
-  };
-  size_t drained = 0;
-  auto drain = [&](size_t, std::span<std::byte> buf) {
-    drained += std::equal(buf.begin(), buf.end(), block.begin()) ? 1 : 0;
-  };
-  size_t done = 0;
-  auto on_done = [&](size_t) { ++done; };
-
-  ring.FailSubmitsForTesting(-EAGAIN, 3);  // nothing in the kernel meanwhile
-  std::vector<IoOp> writes = batch(true);
-  ring.Run(writes, fill, drain, on_done);
+TEST_F(UringRingTest, RetriesRefusedSubmitsAndBreaksOnFailure) {
+  ring_->FailSubmitsForTesting(-EAGAIN, 3);  // nothing in the kernel meanwhile
+  std::vector<IoOp> writes = Batch(true);
+  Run(writes);
   for (const IoOp& op : writes) EXPECT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
-  EXPECT_EQ(done, 6u);
+  EXPECT_EQ(done_, 6u);
 
-  ring.FailSubmitsForTesting(-EIO, 1, /*after=*/1);  // two reads already in the kernel
-  std::vector<IoOp> reads = batch(false);
-  ring.Run(reads, fill, drain, on_done);
-  EXPECT_TRUE(ring.broken());
+  ring_->FailSubmitsForTesting(-EIO, 1, /*after=*/1);  // two reads already in the kernel
+  std::vector<IoOp> reads = Batch(false);
+  Run(reads);
+  EXPECT_TRUE(ring_->broken());
   EXPECT_EQ(reads[0].result, static_cast<int>(kSsdBlockBytes));  // waited for
   EXPECT_EQ(reads[1].result, static_cast<int>(kSsdBlockBytes));
-  EXPECT_EQ(drained, 2u);
+  EXPECT_EQ(drained_, 2u);
   for (size_t i = 2; i < reads.size(); ++i) EXPECT_EQ(reads[i].result, -EIO) << i;
 
-  std::vector<IoOp> again = batch(false);
-  ring.Run(again, fill, drain, on_done);
+  std::vector<IoOp> again = Batch(false);
+  Run(again);
   for (const IoOp& op : again) EXPECT_EQ(op.result, -EIO);
-  EXPECT_EQ(drained, 2u);
-  ::close(fd);
+  EXPECT_EQ(drained_, 2u);
 }
 
 // A ring whose wait for completions fails outright still never returns
 // while the kernel holds its I/O: the caller reuses that memory at once.
-TEST(UringRingTest, AFailedWaitStillWaitsForTheKernelsIo) {
-  TempDir dir;
-  const std::string path = dir.path() + "/data";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, 16 * kSsdBlockBytes), 0);
-  auto created = UringRing::Create(std::span(&fd, 1), /*depth=*/2, kSsdBlockBytes);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  UringRing& ring = **created;
-  const std::vector<std::byte> block = RandomBytes(kSsdBlockBytes, 22);
-  auto batch = [](bool write) {
-    std::vector<IoOp> ops(6);
-    for (uint32_t i = 0; i < ops.size(); ++i) {
-      ops[i].write = write;
-      ops[i].offset = uint64_t{i} * kSsdBlockBytes;
-      ops[i].length = kSsdBlockBytes;
-    }
-    return ops;
-  };
-  auto fill = [&](size_t, std::span<std::byte> buf) {
-    std::memcpy(buf.data(), block.data(), buf.size());
-  };
-  size_t drained = 0;
-  auto drain = [&](size_t, std::span<std::byte> buf) {
-    drained += std::equal(buf.begin(), buf.end(), block.begin()) ? 1 : 0;
-  };
-  size_t done = 0;
-  auto on_done = [&](size_t) { ++done; };
-  std::vector<IoOp> writes = batch(true);
-  ring.Run(writes, fill, drain, on_done);
+TEST_F(UringRingTest, AFailedWaitStillWaitsForTheKernelsIo) {
+  std::vector<IoOp> writes = Batch(true);
+  Run(writes);
   for (const IoOp& op : writes) ASSERT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
 
-  ring.FailWaitsForTesting(-EFAULT, 1000);  // no wait succeeds: two reads in the kernel
-  done = 0;
-  std::vector<IoOp> reads = batch(false);
-  ring.Run(reads, fill, drain, on_done);
-  EXPECT_TRUE(ring.broken());
+  ring_->FailWaitsForTesting(-EFAULT, 1000);  // no wait succeeds: two reads in the kernel
+  done_ = 0;
+  std::vector<IoOp> reads = Batch(false);
+  Run(reads);
+  EXPECT_TRUE(ring_->broken());
   for (size_t i = 0; i < 2; ++i) {  // waited for, however long it took
     EXPECT_EQ(reads[i].result, static_cast<int>(kSsdBlockBytes)) << i;
     EXPECT_TRUE(reads[i].completed) << i;
   }
-  EXPECT_EQ(drained, 2u);
-  EXPECT_EQ(done, 2u);
+  EXPECT_EQ(drained_, 2u);
+  EXPECT_EQ(done_, 2u);
   for (size_t i = 2; i < reads.size(); ++i) {
     EXPECT_EQ(reads[i].result, -EFAULT) << i;
     EXPECT_FALSE(reads[i].completed) << i;
   }
-  ::close(fd);
 }
 
 // A ring that fails at the io_uring level fails its batch cleanly (nothing
