@@ -1830,6 +1830,21 @@ Result<PublishResult> CacheStore::Commit(const Principal& caller, const ModelId&
   return Publish(caller, reservation->write_lease, checksums);
 }
 
+namespace {
+// Whether `lease` is a write lease. Only a writer may act on one (`what`
+// it tries names the attempt): a reader could otherwise drop another
+// client's reservation or hold its space for ever.
+Result<bool> CheckLeaseRole(const LeaseTable& leases, const Principal& caller, uint32_t ns,
+                            LeaseId lease, const char* what) {
+  const bool write = leases.IsWrite(ns, lease).value_or(false);
+  if (write && !RoleAllows(caller, Role::kWrite)) {
+    return PermissionDenied(std::string(what) + " write lease " + std::to_string(lease) +
+                            " needs the write role");
+  }
+  return write;
+}
+}  // namespace
+
 Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
                               Nanos* applied_ttl) {
   Impl& s = *impl_;
@@ -1837,13 +1852,10 @@ Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
   if (ttl < 0 || ttl > kMaxLeaseTtl) return InvalidArgument("lease ttl out of range");
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value()) return LeaseExpired("lease " + std::to_string(lease) + " is not live");
-  const bool write = s.leases.IsWrite(*ns, lease).value_or(false);
-  if (write && !RoleAllows(caller, Role::kWrite)) {
-    // A reservation renewed for ever holds unevictable space.
-    return PermissionDenied("renewing write lease " + std::to_string(lease) +
-                            " needs the write role");
-  }
-  if (ttl == 0) ttl = write ? s.opts.default_write_lease_ttl : s.opts.default_read_lease_ttl;
+  // A reservation renewed for ever holds unevictable space.
+  const Result<bool> write = CheckLeaseRole(s.leases, caller, *ns, lease, "renewing");
+  if (!write.ok()) return write.status();
+  if (ttl == 0) ttl = *write ? s.opts.default_write_lease_ttl : s.opts.default_read_lease_ttl;
   const Nanos now = s.clock->Now();
   STRATA_RETURN_IF_ERROR(s.leases.Renew(*ns, lease, now, now + ttl));
   if (applied_ttl != nullptr) *applied_ttl = ttl;
@@ -1855,10 +1867,7 @@ Status CacheStore::Abort(const Principal& caller, LeaseId lease) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value() || lease == 0) return Status::Ok();
-  if (!RoleAllows(caller, Role::kWrite) && s.leases.IsWrite(*ns, lease).value_or(false)) {
-    return PermissionDenied("dropping write lease " + std::to_string(lease) +
-                            " needs the write role");
-  }
+  STRATA_RETURN_IF_ERROR(CheckLeaseRole(s.leases, caller, *ns, lease, "dropping").status());
   std::optional<LeaseRecord> rec = s.leases.Take(*ns, lease);
   if (rec.has_value()) s.EndLease(*rec, /*expired=*/rec->expiry <= s.clock->Now());
   return Status::Ok();

@@ -682,6 +682,14 @@ TEST_F(NodeTest, AdminListEvictPinAndDrain) {
   }
   by_prefix.set_dry_run(true);
   v1::EvictResponse report;
+  v1::EvictRequest garbled = by_prefix;  // a short key anywhere spoils the prompt
+  garbled.mutable_prefix()->mutable_keys(0)->resize(15);
+  EXPECT_EQ(admin(kTokenAdminA.token,
+                  [&](auto* stub, grpc::ClientContext* ctx) {
+                    return stub->Evict(ctx, garbled, &report);
+                  })
+                .code(),
+            StatusCode::kInvalidArgument);
   ASSERT_TRUE(admin(kTokenAdminA.token, [&](auto* stub, grpc::ClientContext* ctx) {
                 return stub->Evict(ctx, by_prefix, &report);
               }).ok());

@@ -413,11 +413,10 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
                                        std::span<const uint32_t>(seq.tokens).subspan(i * bt, bt)));
   }
   if (!seq.use_store) return;
-  // Sealed even when it is not committed (the store out of reach, or the
-  // block committed before a restart): the SWA states after it need its
-  // checksum in their lineage.
-  // A staging page, or with none free the engine's own buffer: a block
-  // left unsealed would cost every later SWA state of the request.
+  // Sealed even when it is not committed (the store out of reach, the
+  // block committed before a restart, or no staging page free): the SWA
+  // states after it need its checksum in their lineage, so with no page
+  // free it is sealed in the engine's own buffer.
   Result<uint32_t> page = pool_.Allocate();
   std::span<std::byte> payload;
   if (page.ok()) {
@@ -608,8 +607,9 @@ std::vector<StepOutput> Engine::Step() {
       seq.swa_stale = false;
       seq.fetch_swa = false;
       seq.stats.swa_rejected = true;
-      if (stale_swa_.insert(StaleSwaKey(seq)).second) {
-        stale_swa_order_.push_back(StaleSwaKey(seq));
+      const uint64_t pair = StaleSwaKey(seq);
+      if (stale_swa_.insert(pair).second) {
+        stale_swa_order_.push_back(pair);
         if (stale_swa_order_.size() > kStaleSwaPairs) {
           stale_swa_.erase(stale_swa_order_.front());
           stale_swa_order_.pop_front();

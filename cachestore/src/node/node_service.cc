@@ -418,7 +418,13 @@ grpc::Status AdminService::Evict(grpc::ServerContext* ctx, const v1::EvictReques
           return InvalidArgument("a prompt prefix needs 1.." + std::to_string(kMaxBlocksPerCall) +
                                  " keys");
         }
-        // Everything extending the prefix hangs below its last block.
+        // Everything extending the prefix hangs below its last block; the
+        // others are only checked, so a garbled prompt is refused whole.
+        for (const std::string& key : keys) {
+          if (key.size() != ChainKey().bytes.size()) {
+            return InvalidArgument("prompt prefix keys must be 16 bytes");
+          }
+        }
         evict.root.emplace();
         v1::EntryRef last = wire::EncodeEntryRef({}, StateKind::kGlobalKv);
         last.set_key(keys[keys.size() - 1]);
