@@ -1,10 +1,6 @@
 // The store with an SSD tier: write-back, SSD hits in match, promotion on
 // fetch (one read per entry under concurrency), restart, corrupt SSD data.
 #include <gtest/gtest.h>
-#include <sys/mount.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +19,7 @@ namespace strata {
 namespace {
 
 using testing::kTinyBlockTokens;
+using testing::ScopedTmpfs;
 using testing::TestModel;
 using testing::TinyGlobalLayout;
 using testing::TinySwaLayout;
@@ -805,18 +802,11 @@ TEST_F(SsdStoreTest, ConcurrentPromotionsCommitsAndEvictions) {
 // The SSD data directory on a 1 MiB tmpfs: write-back fails for lack of
 // space, SSD writes stop, and the DRAM tier serves everything regardless.
 TEST_F(SsdStoreTest, FullDiskStopsWriteBackAndDramKeepsServing) {
-  const std::string mnt = dir_ + "/mnt";
-  std::filesystem::create_directory(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
+  ScopedTmpfs tmpfs(1 << 20);
+  if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
   CacheStoreOptions o = Options();
   o.dram.capacity_bytes = 8 << 20;
-  o.ssd->dir = mnt + "/ssd";
+  o.ssd->dir = tmpfs.path() + "/ssd";
   o.ssd->min_free_bytes = 256 << 10;  // headroom for the index
   Open(o);
   std::vector<std::vector<uint32_t>> prompts;

@@ -5,24 +5,27 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <random>
 #include <thread>
 #include <utility>
 
 #include "ssd/uring_io.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ScopedTmpfs;
 
 // A fresh directory under /var/tmp (disk-backed, O_DIRECT), removed after.
 class TempDir {
@@ -71,6 +74,13 @@ struct AlignedBuffer {
   std::byte* data;
   size_t size;
 };
+
+// What the file system holding `path` has free for an unprivileged user.
+uint64_t FreeBytes(const std::string& path) {
+  struct statvfs vfs {};
+  EXPECT_EQ(::statvfs(path.c_str(), &vfs), 0);
+  return uint64_t{vfs.f_bavail} * vfs.f_frsize;
+}
 
 SsdTierOptions Options(const std::string& dir, uint64_t capacity = 64 << 20) {
   SsdTierOptions o;
@@ -764,6 +774,44 @@ TEST(SsdTierTest, AFailedIndexWriteRecoversAfterTheRetryInterval) {
   EXPECT_EQ(tier->Stats().entries, 0u);
 }
 
+// A put that reached the index but reported failure (a failed sync), over
+// an expired entry of the same key still in memory. Its retried delete must
+// cover the key: neither the old entry nor the new one may come back after
+// a restart, since both extents are free again (here the new one is reused
+// at once by another key).
+TEST(SsdTierTest, AFailedPutOverAnExpiredEntryIsDeletedNotResurrected) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);
+  o.clock = &clock;
+  bool fail = false;
+  o.after_index_put_hook = [&] {
+    return fail ? Unavailable("injected: the index sync failed") : Status::Ok();
+  };
+  const std::vector<std::byte> v1 = RandomBytes(8000, 60), v2 = RandomBytes(8000, 61),
+                               v3 = RandomBytes(8000, 62);
+  {
+    auto tier = SsdTier::Open(o).value();
+    ASSERT_TRUE(tier->Write({Key(1), v1, 1, 1}).ok());
+    clock.Advance(o.ttl);  // expired, still in memory: no maintenance ran
+    fail = true;
+    EXPECT_EQ(tier->Write({Key(1), v2, 1, 1}).code(), StatusCode::kUnavailable);
+    fail = false;
+    EXPECT_FALSE(tier->Contains(Key(1)));
+    clock.Advance(o.write_retry_interval);
+    ASSERT_TRUE(tier->Write({Key(2), v3, 1, 1}).ok());  // the index recovers first
+    EXPECT_EQ(tier->Stats().entries, 1u);
+    EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(v3.size()));
+  }
+  o.after_index_put_hook = nullptr;
+  auto tier = SsdTier::Open(o).value();
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_EQ(tier->Stats().entries, 1u);
+  std::vector<std::byte> out(v3.size());
+  ASSERT_TRUE(tier->Read({Key(2), out}).ok());
+  EXPECT_EQ(out, v3);
+}
+
 // An access-time hint that fails to persist is only a lost hint: the index
 // goes on taking deletes and writes.
 TEST(SsdTierTest, AFailedAccessTimeHintLeavesTheIndexWorking) {
@@ -826,23 +874,12 @@ TEST(SsdTierTest, AShortReadDropsTheEntry) {
 // first time leave that much, so the tier never eats into it; an extent
 // written before costs nothing and is reused even so.
 TEST(SsdTierTest, MinFreeBytesCountsWhatABatchNewlyWrites) {
+  ScopedTmpfs tmpfs(1 << 20);
+  if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
   TempDir dir;
-  const std::string mnt = dir.path() + "/mnt";
-  fs::create_directory(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
-  auto free_bytes = [&] {
-    struct statvfs vfs {};
-    EXPECT_EQ(::statvfs(mnt.c_str(), &vfs), 0);
-    return uint64_t{vfs.f_bavail} * vfs.f_frsize;
-  };
+  auto free_bytes = [&] { return FreeBytes(tmpfs.path()); };
   ManualClock clock;
-  SsdTierOptions o = Options(mnt, 16 << 20);
+  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
   o.index_dir = dir.path() + "/index";
   o.clock = &clock;
   o.min_free_bytes = 256 << 10;
@@ -871,25 +908,72 @@ TEST(SsdTierTest, MinFreeBytesCountsWhatABatchNewlyWrites) {
   tier.reset();  // close before unmounting
 }
 
+// Two batches at once on a 1 MiB tmpfs, 256 KiB kept free: room for one
+// 440 KiB entry, not two. The first, admitted and held before it writes,
+// has its room reserved, so the second is refused instead of being checked
+// against free space the first is about to take. A batch gives its
+// reservation back when its writes end, whether they failed or not.
+TEST(SsdTierTest, ConcurrentBatchesCannotBothTakeTheSameFreeSpace) {
+  ScopedTmpfs tmpfs(1 << 20);
+  if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
+  o.index_dir = dir.path() + "/index";
+  o.clock = &clock;
+  o.min_free_bytes = 256 << 10;
+  std::promise<void> admitted, resume;
+  std::shared_future<void> resumed = resume.get_future().share();
+  std::atomic<int> admissions{0};
+  o.before_data_write_hook = [&] {
+    if (admissions.fetch_add(1) > 0) return;  // only the first batch waits
+    admitted.set_value();
+    resumed.wait();
+  };
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(450000, 58);  // 440 KiB on disk
+  Status first;
+  std::thread writer([&] { first = tier->Write({Key(1), p, 1, 1}); });
+  const bool held =
+      admitted.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  const Status second = held ? tier->Write({Key(2), p, 1, 1}) : Status::Ok();
+  resume.set_value();
+  writer.join();
+  ASSERT_TRUE(held) << "the first batch never passed the free-space check: " << first.ToString();
+  EXPECT_TRUE(first.ok()) << first.ToString();
+  EXPECT_EQ(second.code(), StatusCode::kUnavailable) << second.ToString();
+  EXPECT_GE(FreeBytes(tmpfs.path()), o.min_free_bytes);
+  EXPECT_EQ(tier->Stats().entries, 1u);
+  EXPECT_FALSE(tier->Stats().writes_enabled);
+
+  // 584 KiB free now. A 200 KiB batch fits only if neither the first
+  // batch's reservation nor that of one whose writes failed is still held.
+  const std::vector<std::byte> small = RandomBytes(200 << 10, 59);
+  clock.Advance(o.write_retry_interval);
+  tier->FailNextSubmitsForTesting(-EIO);
+  EXPECT_EQ(tier->Write({Key(3), small, 1, 1}).code(), StatusCode::kUnavailable);
+  clock.Advance(o.write_retry_interval);
+  EXPECT_TRUE(tier->Write({Key(4), small, 1, 1}).ok());
+  EXPECT_GE(FreeBytes(tmpfs.path()), o.min_free_bytes);
+  tier.reset();  // close before unmounting
+}
+
 // Data files on a 1 MiB tmpfs with a 16 MiB configured tier (the index on
 // the disk): writes hit ENOSPC, stop, and everything already stored keeps
 // being served. (Index and data on one full file system: ssd_store_test.)
 TEST(SsdTierTest, DiskFullStopsWritesAndKeepsServingReads) {
+  ScopedTmpfs tmpfs(1 << 20);
+  if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
   TempDir dir;
-  const std::string mnt = dir.path() + "/mnt";
-  fs::create_directory(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (needs root): " << std::strerror(errno);
-  }
   ManualClock clock;
-  SsdTierOptions o = Options(mnt, 16 << 20);
+  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
   o.index_dir = dir.path() + "/index";
   o.clock = &clock;
   o.min_free_bytes = 0;  // run into ENOSPC itself, not the free-space check
   auto opened = SsdTier::Open(o);
   // Detached at once: the open data file keeps the tmpfs alive, and nothing
   // stays mounted whatever happens next.
-  ::umount2(mnt.c_str(), MNT_DETACH);
+  tmpfs.Detach();
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::unique_ptr<SsdTier> tier = std::move(opened).value();
   const std::vector<std::byte> p = RandomBytes(100000, 6);

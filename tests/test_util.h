@@ -1,9 +1,15 @@
-// Helpers shared by the store tests: small layouts, payload builders, and
-// a store with a manual clock.
+// Helpers shared by the store tests: small layouts, payload builders, a
+// store with a manual clock, and a small tmpfs for full-disk tests.
 #pragma once
 
+#include <sys/mount.h>
+
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <span>
@@ -55,6 +61,54 @@ inline std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
   for (auto& x : t) x = rng() % 50000;
   return t;
 }
+
+// A tmpfs of `size_bytes` mounted on a fresh directory under /var/tmp, so a
+// test can fill a file system without filling the machine's. Unmounted and
+// removed on destruction. Mounting needs root (CAP_SYS_ADMIN); where it
+// fails, mounted() is false and error() says why, for GTEST_SKIP.
+class ScopedTmpfs {
+ public:
+  explicit ScopedTmpfs(uint64_t size_bytes) {
+    std::string tmpl = "/var/tmp/strata-tmpfs-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      error_ = std::string("mkdtemp: ") + std::strerror(errno);
+      return;
+    }
+    path_ = tmpl;
+    const std::string options = "size=" + std::to_string(size_bytes);
+    if (::mount("tmpfs", path_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      error_ = std::string("cannot mount a size-limited tmpfs here (needs root): ") +
+               std::strerror(errno);
+      return;
+    }
+    mounted_ = true;
+  }
+  ~ScopedTmpfs() {
+    Detach();
+    // Only the empty mount point is left once detached.
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  ScopedTmpfs(const ScopedTmpfs&) = delete;
+  ScopedTmpfs& operator=(const ScopedTmpfs&) = delete;
+
+  // Unmounts now, lazily: files still open keep the tmpfs alive (and
+  // usable) until closed, and no mount is left behind should the test
+  // crash from here on.
+  void Detach() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+    mounted_ = false;
+  }
+
+  bool mounted() const { return mounted_; }
+  const std::string& path() const { return path_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  std::string error_;
+  bool mounted_ = false;
+};
 
 inline ModelId TestModel() {
   ModelFingerprint fp{"weights-r1", "tok-1", "tmpl-1", 1, "fp4"};

@@ -82,6 +82,13 @@ struct SsdTierOptions {
   // the tier) before each index put, a batch's entries or an access-time
   // hint; an error is taken as the index's own.
   std::function<Status()> before_index_put_hook;
+  // Fault injection for tests: runs (under the index lock, as above) after
+  // a batch's index put succeeded; an error fails the put after the fact,
+  // as a failed sync of a write that reached RocksDB's log would.
+  std::function<Status()> after_index_put_hook;
+  // Test hook: runs once a batch has passed the free-space check, before
+  // any of its data is written.
+  std::function<void()> before_data_write_hook;
 };
 
 // Identity of one SSD entry.

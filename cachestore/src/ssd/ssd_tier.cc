@@ -2,10 +2,11 @@
 //
 // Locking: `mu` guards the in-memory index (records), the free space, the
 // pending-write set and counters. Disk I/O, fdatasync and RocksDB writes run
-// outside it. A record being read is pinned (readers > 0); a retired record's
-// extent is freed only once it has no readers and its index entry is durably
-// deleted, so an extent is never reused while the old index entry or a read
-// can still see it.
+// outside it. `free_mu` guards the file-system space that batches have been
+// admitted for; nothing else is locked under it. A record being read is
+// pinned (readers > 0); a retired record's extent is freed only once it has
+// no readers and its index entry is durably deleted, so an extent is never
+// reused while the old index entry or a read can still see it.
 #include "strata/ssd_tier.h"
 
 #include <fcntl.h>
@@ -157,9 +158,14 @@ struct SsdTier::Impl {
   Nanos index_retry_at = 0;  // index_mu
   // Retired records whose index delete failed: out of memory, their extents
   // held, deleted again when the index recovers (else a restart would bring
-  // them back). Also records whose index put failed (it may have landed).
-  // Under `mu`.
+  // them back). Also records whose index put failed (it may have landed),
+  // and the expired records such a put may have overwritten. Under `mu`.
   std::vector<std::pair<std::string, RecordPtr>> undeleted;
+  // File-system bytes admitted by the free-space check (WriteBatch) that
+  // their batches have not written yet: statvfs shows them only once
+  // written, so without this two batches could each take the same room.
+  std::mutex free_mu;
+  uint64_t reserved_bytes = 0;  // free_mu
   uint64_t bytes_written = 0, bytes_read = 0, write_failures = 0, checksum_failures = 0;
   uint64_t evictions = 0, ttl_expired = 0;
 
@@ -606,6 +612,54 @@ struct SsdTier::Impl {
     return holes;
   }
 
+  // A batch's share of reserved_bytes: given back once its writes are done
+  // (when statvfs shows what they consumed), or when the batch ends.
+  class Reservation {
+   public:
+    explicit Reservation(Impl& s) : s_(s) {}
+    ~Reservation() { Release(); }
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+
+    void AddLocked(uint64_t bytes) {  // free_mu held
+      s_.reserved_bytes += bytes;
+      bytes_ += bytes;
+    }
+    void Release() {
+      if (bytes_ == 0) return;
+      std::lock_guard lock(s_.free_mu);
+      s_.reserved_bytes -= bytes_;
+      bytes_ = 0;
+    }
+
+   private:
+    Impl& s_;
+    uint64_t bytes_ = 0;
+  };
+
+  // Admits a batch that newly consumes `consumes` bytes if the file system
+  // keeps min_free_bytes free after it and every batch admitted before it
+  // that is still writing; reserves them in `r`. UNAVAILABLE if not. An
+  // unknown free space admits.
+  Status ReserveFreeSpace(uint64_t consumes, Reservation* r) {
+    std::lock_guard lock(free_mu);
+    // statvfs under free_mu: a reservation is given back only after its
+    // batch's writes, so each admitted batch is counted here, in the free
+    // space or in reserved_bytes (in both while it is being written).
+    struct statvfs vfs {};
+    if (::statvfs(opts.dir.c_str(), &vfs) != 0) return Status::Ok();
+    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (free_bytes < opts.min_free_bytes + reserved_bytes + consumes) {
+      return Unavailable("the file system has " + std::to_string(free_bytes) +
+                         " bytes free, less " + std::to_string(reserved_bytes) +
+                         " reserved by batches being written; a batch needs " +
+                         std::to_string(consumes) + " and " + std::to_string(opts.min_free_bytes) +
+                         " are kept free");
+    }
+    r->AddLocked(consumes);
+    return Status::Ok();
+  }
+
   Status SyncFiles(const std::vector<bool>& touched) const {
     for (size_t f = 0; f < fds.size(); ++f) {
       if (touched[f] && ::fdatasync(fds[f]) != 0) {
@@ -828,22 +882,19 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     if (placed[i])
       consumes += s.UnallocatedBytes(metas[i].file, metas[i].offset, metas[i].extent_bytes);
   }
-  if (struct statvfs vfs{}; ::statvfs(s.opts.dir.c_str(), &vfs) == 0) {
-    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    if (free_bytes < s.opts.min_free_bytes + consumes) {
-      s.DisableWrites("the file system has " + std::to_string(free_bytes) +
-                      " bytes free; a batch needs " + std::to_string(consumes) + " and " +
-                      std::to_string(s.opts.min_free_bytes) + " are kept free");
-      std::lock_guard lock(s.mu);
-      for (size_t i = 0; i < writes.size(); ++i) {
-        if (!placed[i]) continue;
-        s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
-        s.pending.erase(keys[i]);
-        out[i] = Unavailable("SSD writes are stopped: the file system is full");
-      }
-      return out;
+  Impl::Reservation reservation(s);
+  if (Status room = s.ReserveFreeSpace(consumes, &reservation); !room.ok()) {
+    s.DisableWrites(room.message());
+    std::lock_guard lock(s.mu);
+    for (size_t i = 0; i < writes.size(); ++i) {
+      if (!placed[i]) continue;
+      s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
+      s.pending.erase(keys[i]);
+      out[i] = Unavailable("SSD writes are stopped: the file system is full");
     }
+    return out;
   }
+  if (s.opts.before_data_write_hook) s.opts.before_data_write_hook();
   std::vector<IoOp> ops;
   std::vector<std::pair<size_t, uint64_t>> owner;  // op -> (write, offset in payload)
   std::vector<bool> touched(s.fds.size(), false);
@@ -877,6 +928,8 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
         if (--ops_left[i] == 0) metas[i].data_checksum = Checksum64(writes[i].payload);
       });
   s.ReleaseRing(ring);
+  // Written or failed: the free space shows what the batch consumed now.
+  reservation.Release();
 
   std::string io_error;
   for (size_t op = 0; op < ops.size(); ++op) {
@@ -906,6 +959,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   } else if (durable.ok()) {
     if (s.opts.before_index_put_hook) durable = s.opts.before_index_put_hook();
     if (durable.ok()) durable = s.index->Apply(puts, {}, s.opts.sync);
+    if (durable.ok() && s.opts.after_index_put_hook) durable = s.opts.after_index_put_hook();
     if (!durable.ok()) {
       s.MarkIndexFailedLocked();
       maybe_indexed = true;
@@ -931,6 +985,13 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     if (!placed[i]) continue;
     s.pending.erase(keys[i]);
     if (undeleted[i]) {
+      // An expired entry under the same key goes too: the put may have
+      // overwritten its index entry, and left in memory it would pass for a
+      // rewrite, so the retried delete would skip the key and leave the new
+      // entry indexed over a freed extent. One delete covers both.
+      if (RecordPtr old = s.RetireLocked(keys[i])) {
+        s.undeleted.emplace_back(keys[i], std::move(old));
+      }
       auto rec = std::make_shared<Record>();
       rec->meta = metas[i];
       rec->retired = true;
