@@ -163,6 +163,37 @@ TEST_F(CacheStoreTest, WriteLeaseExpiryReclaimsSpace) {
   EXPECT_EQ(t_.store->Stats().reserved_entries, 0u);
 }
 
+TEST_F(CacheStoreTest, RenewalsNeverKeepALeasePastItsLongestLife) {
+  // The default longest life is an hour; leases of 10 min renewed every
+  // 9 min reach it, and the last renewal is cut short to the hour.
+  const auto tokens = Tokens(8, 9);
+  ASSERT_TRUE(t_.CommitBlocks(tokens, 0, 2).ok());
+  auto m = t_.store->Match(t_.writer, t_.Request(tokens, kMaxLeaseTtl)).value();
+  ASSERT_NE(m.lease, 0u);
+  const Nanos granted = t_.clock.Now();
+  Nanos applied = 0;
+  for (int i = 0; i < 6; ++i) {
+    t_.clock.Advance(Minutes(9));
+    ASSERT_TRUE(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl, &applied).ok());
+  }
+  EXPECT_EQ(applied, granted + Hours(1) - t_.clock.Now());  // 6 min left, not 10
+  t_.clock.Advance(applied - 1);
+  std::vector<std::vector<std::byte>> got;
+  EXPECT_TRUE(FetchAll(m, &got).status.ok());
+  ASSERT_TRUE(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl, &applied).ok());
+  EXPECT_EQ(applied, 1);  // at its end: the renewal adds nothing
+  t_.clock.Advance(1);
+  EXPECT_EQ(FetchAll(m, &got).status.code(), StatusCode::kLeaseExpired);
+  EXPECT_EQ(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl).code(),
+            StatusCode::kLeaseExpired);
+
+  // A store refuses a longest life shorter than a lease may be granted for.
+  CacheStoreOptions o;
+  o.dram.capacity_bytes = 1 << 20;
+  o.max_lease_life = kMaxLeaseTtl - 1;
+  EXPECT_EQ(CacheStore::Open(o).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(CacheStoreTest, WriteLeasesRenewToTheWriteDefaultAndOnlyWritersDropThem) {
   const auto tokens = Tokens(4, 7);
   const ChainKey key = t_.Keys(tokens, t_.writer)[0];

@@ -944,6 +944,10 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   if (options.global_kv_ttl <= 0 || options.swa_ttl <= 0) {
     return InvalidArgument("TTLs must be positive");
   }
+  if (options.max_lease_life < kMaxLeaseTtl) {
+    // Else a lease could be granted for longer than it may live.
+    return InvalidArgument("max_lease_life must be at least the longest lease TTL (10m)");
+  }
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->clock = options.clock ? options.clock : SteadyClock::Default();
@@ -1240,6 +1244,7 @@ class CacheStore::PrefixLookup {
     if (lease_ && !hits_.empty()) {
       LeaseRecord rec;
       rec.ns = *ns_;
+      rec.granted = start_;
       rec.expiry = start_ + lease_ttl_;
       rec.entries = hits_;
       result_.lease = s_.leases.Grant(std::move(rec));
@@ -1624,6 +1629,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
   LeaseRecord rec;
   rec.ns = ns;
   rec.write = true;
+  rec.granted = now;
   rec.expiry = now + ttl;
   rec.batch_size = static_cast<uint32_t>(blocks.size());
   {
@@ -1857,8 +1863,9 @@ Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
   if (!write.ok()) return write.status();
   if (ttl == 0) ttl = *write ? s.opts.default_write_lease_ttl : s.opts.default_read_lease_ttl;
   const Nanos now = s.clock->Now();
-  STRATA_RETURN_IF_ERROR(s.leases.Renew(*ns, lease, now, now + ttl));
-  if (applied_ttl != nullptr) *applied_ttl = ttl;
+  const Result<Nanos> expiry = s.leases.Renew(*ns, lease, now, now + ttl, s.opts.max_lease_life);
+  if (!expiry.ok()) return expiry.status();
+  if (applied_ttl != nullptr) *applied_ttl = *expiry - now;
   return Status::Ok();
 }
 

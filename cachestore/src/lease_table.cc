@@ -60,15 +60,16 @@ Status LeaseTable::WithLive(uint32_t ns, LeaseId id, Nanos now,
   return Status::Ok();
 }
 
-Status LeaseTable::Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry) {
+Result<Nanos> LeaseTable::Renew(uint32_t ns, LeaseId id, Nanos now, Nanos wanted,
+                                Nanos longest_life) {
   std::lock_guard lock(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.ns != ns) {
     return LeaseExpired("lease " + std::to_string(id) + " is not live (expired or released)");
   }
   if (it->second.expiry <= now) return LeaseExpired("lease " + std::to_string(id) + " expired");
-  it->second.expiry = new_expiry;
-  return Status::Ok();
+  it->second.expiry = std::min(wanted, it->second.granted + longest_life);
+  return it->second.expiry;
 }
 
 std::optional<LeaseRecord> LeaseTable::Take(uint32_t ns, LeaseId id) {

@@ -20,6 +20,7 @@ struct LeaseRecord {
   LeaseId id = 0;
   uint32_t ns = 0;
   bool write = false;
+  Nanos granted = 0;
   Nanos expiry = 0;
   std::vector<EntryRef> entries;
   // Write leases: the batch position of each entry, and the batch size, so
@@ -42,7 +43,9 @@ class LeaseTable {
   // unknown id, LEASE_EXPIRED once past its expiry.
   Status WithLive(uint32_t ns, LeaseId id, Nanos now,
                   const std::function<void(const LeaseRecord&)>& fn) const;
-  Status Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry);
+  // Moves a live lease's expiry to `wanted`, but never past `granted +
+  // longest_life`; returns the expiry applied.
+  Result<Nanos> Renew(uint32_t ns, LeaseId id, Nanos now, Nanos wanted, Nanos longest_life);
   // Removes and returns the lease whatever its expiry; nullopt if unknown.
   std::optional<LeaseRecord> Take(uint32_t ns, LeaseId id);
   std::vector<LeaseRecord> TakeExpired(Nanos now);

@@ -28,6 +28,7 @@ global_kv_ttl: 72h
 swa_ttl: 10m
 read_lease_ttl: 250ms
 write_lease_ttl: 30s
+max_lease_life: 2h
 max_leased_entries_per_namespace: 4096
 eviction_policy: aslru
 tokens_file: /etc/strata/tokens
@@ -48,6 +49,7 @@ ssd_eviction_policy: deadline
   EXPECT_EQ(c->global_kv_ttl, Hours(72));
   EXPECT_EQ(c->swa_ttl, Minutes(10));
   EXPECT_EQ(c->read_lease_ttl, 250 * kNanosPerMilli);
+  EXPECT_EQ(c->max_lease_life, Hours(2));
   EXPECT_EQ(c->max_leased_entries_per_namespace, 4096u);
   EXPECT_EQ(c->eviction_policy, "aslru");
   EXPECT_EQ(c->data_plane_mode, "am");
@@ -154,6 +156,9 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
   EXPECT_NE(ValidateNodeConfig(c).message().find("tokens_file"), std::string::npos);
   c.tokens_file = "/etc/strata/tokens";
   EXPECT_TRUE(ValidateNodeConfig(c).ok());
+  c.max_lease_life = Minutes(5);  // shorter than a lease may be granted for
+  EXPECT_NE(ValidateNodeConfig(c).message().find("max_lease_life"), std::string::npos);
+  c.max_lease_life = Hours(1);
   c.tls_cert_file = "cert.pem";
   EXPECT_FALSE(ValidateNodeConfig(c).ok());
   c.tls_cert_file.clear();

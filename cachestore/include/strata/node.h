@@ -25,6 +25,7 @@ struct NodeConfig {
   Nanos swa_ttl = Minutes(10);
   Nanos read_lease_ttl = Seconds(10);
   Nanos write_lease_ttl = Seconds(30);
+  Nanos max_lease_life = Hours(1);  // CacheStoreOptions::max_lease_life
   // CacheStoreOptions::max_leased_entries_per_namespace.
   uint64_t max_leased_entries_per_namespace = uint64_t{1} << 20;
   std::string eviction_policy = "lru";

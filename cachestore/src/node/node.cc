@@ -185,6 +185,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   opts.swa_ttl = config.swa_ttl;
   opts.default_read_lease_ttl = config.read_lease_ttl;
   opts.default_write_lease_ttl = config.write_lease_ttl;
+  opts.max_lease_life = config.max_lease_life;
   opts.max_leased_entries_per_namespace = config.max_leased_entries_per_namespace;
   opts.eviction_policy = config.eviction_policy;
   opts.extra_layouts = config.extra_layouts;

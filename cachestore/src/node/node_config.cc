@@ -118,6 +118,7 @@ const std::map<std::string, Setter>& Setters() {
       {"swa_ttl", Field(&NodeConfig::swa_ttl, ParseDuration)},
       {"read_lease_ttl", Field(&NodeConfig::read_lease_ttl, ParseDuration)},
       {"write_lease_ttl", Field(&NodeConfig::write_lease_ttl, ParseDuration)},
+      {"max_lease_life", Field(&NodeConfig::max_lease_life, ParseDuration)},
       {"max_leased_entries_per_namespace",
        Field(&NodeConfig::max_leased_entries_per_namespace, ParseLimit)},
       {"eviction_policy", Text(&NodeConfig::eviction_policy)},
@@ -264,6 +265,9 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   if (c.read_lease_ttl <= 0 || c.read_lease_ttl > kMaxLeaseTtl || c.write_lease_ttl <= 0 ||
       c.write_lease_ttl > kMaxLeaseTtl) {
     return InvalidArgument("lease TTLs must be in (0, 10m]");
+  }
+  if (c.max_lease_life < kMaxLeaseTtl) {
+    return InvalidArgument("max_lease_life must be at least 10m (the longest lease TTL)");
   }
   if (c.ssd_admission != "all" && c.ssd_admission != "hit_once") {
     return InvalidArgument("ssd_admission must be all or hit_once");
