@@ -365,6 +365,12 @@ struct SsdTier::Impl {
 
   // Takes a record out of the in-memory index; its extent waits for the
   // durable index delete (FinishRetire).
+  // Whether an index delete of `key` is waiting for the index to recover.
+  bool UndeletedLocked(const std::string& key) const {
+    return std::any_of(undeleted.begin(), undeleted.end(),
+                       [&](const auto& u) { return u.first == key; });
+  }
+
   RecordPtr RetireLocked(const std::string& key) {
     auto it = records.find(key);
     if (it == records.end()) return nullptr;
@@ -419,9 +425,11 @@ struct SsdTier::Impl {
         // Deleted, or its index entry overwritten by the rewrite's.
         recs[i]->index_gone = true;
         MaybeFreeLocked(*recs[i]);
-      } else if (restore_on_failure) {
+      } else if (restore_on_failure && !UndeletedLocked(keys[i])) {
         // Still indexed: serve them rather than leak their space (and
-        // evict nothing more: MakeRoom stops once the index failed).
+        // evict nothing more: MakeRoom stops once the index failed). Not
+        // when a failed put of the key waits to be deleted: back in memory
+        // the record would pass for a rewrite and spare the key that delete.
         recs[i]->retired = false;
         records.emplace(keys[i], recs[i]);
       } else {
@@ -639,9 +647,12 @@ struct SsdTier::Impl {
 
   // Admits a batch that newly consumes `consumes` bytes if the file system
   // keeps min_free_bytes free after it and every batch admitted before it
-  // that is still writing; reserves them in `r`. UNAVAILABLE if not. An
+  // that is still writing; reserves them in `r`. UNAVAILABLE if not, and
+  // *full if the file system lacks the room even without those batches
+  // (theirs is counted twice while they write, so a refusal for their
+  // sake alone may be early: it fails the one batch, nothing more). An
   // unknown free space admits.
-  Status ReserveFreeSpace(uint64_t consumes, Reservation* r) {
+  Status ReserveFreeSpace(uint64_t consumes, Reservation* r, bool* full) {
     std::lock_guard lock(free_mu);
     // statvfs under free_mu: a reservation is given back only after its
     // batch's writes, so each admitted batch is counted here, in the free
@@ -649,6 +660,7 @@ struct SsdTier::Impl {
     struct statvfs vfs {};
     if (::statvfs(opts.dir.c_str(), &vfs) != 0) return Status::Ok();
     const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    *full = free_bytes < opts.min_free_bytes + consumes;
     if (free_bytes < opts.min_free_bytes + reserved_bytes + consumes) {
       return Unavailable("the file system has " + std::to_string(free_bytes) +
                          " bytes free, less " + std::to_string(reserved_bytes) +
@@ -883,14 +895,16 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       consumes += s.UnallocatedBytes(metas[i].file, metas[i].offset, metas[i].extent_bytes);
   }
   Impl::Reservation reservation(s);
-  if (Status room = s.ReserveFreeSpace(consumes, &reservation); !room.ok()) {
-    s.DisableWrites(room.message());
+  bool full = false;
+  if (Status room = s.ReserveFreeSpace(consumes, &reservation, &full); !room.ok()) {
+    if (full) s.DisableWrites(room.message());
     std::lock_guard lock(s.mu);
     for (size_t i = 0; i < writes.size(); ++i) {
       if (!placed[i]) continue;
       s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
       s.pending.erase(keys[i]);
-      out[i] = Unavailable("SSD writes are stopped: the file system is full");
+      out[i] = full ? Unavailable("SSD writes are stopped: the file system is full")
+                    : Unavailable("no SSD room while other batches are written: " + room.message());
     }
     return out;
   }
@@ -1189,15 +1203,11 @@ void SsdTier::Touch(const SsdKey& key, SsdTouch what, uint32_t earlier_uses) {
 Status SsdTier::Erase(const SsdKey& key) {
   Impl& s = *impl_;
   const std::string k = EncodeSsdKey(key);
-  auto undeleted = [&] {
-    return std::any_of(s.undeleted.begin(), s.undeleted.end(),
-                       [&](const auto& u) { return u.first == k; });
-  };
   RecordPtr r;
   {
     std::lock_guard lock(s.mu);
     r = s.RetireLocked(k);
-    if (r == nullptr && !undeleted()) return NotFound("not on the SSD tier");
+    if (r == nullptr && !s.UndeletedLocked(k)) return NotFound("not on the SSD tier");
     if (r != nullptr) s.m.evict_explicit->Increment();
   }
   if (r != nullptr) return s.FinishRetire({k}, {r});
@@ -1205,8 +1215,8 @@ Status SsdTier::Erase(const SsdKey& key) {
   // has (a restart would bring the entry back).
   (void)s.RecoverIndex();
   std::lock_guard lock(s.mu);
-  return undeleted() ? Unavailable("the SSD index has not recorded an earlier erase yet")
-                     : Status::Ok();
+  return s.UndeletedLocked(k) ? Unavailable("the SSD index has not recorded an earlier erase yet")
+                              : Status::Ok();
 }
 
 std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) const {
