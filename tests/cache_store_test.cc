@@ -165,23 +165,29 @@ TEST_F(CacheStoreTest, WriteLeaseExpiryReclaimsSpace) {
 
 TEST_F(CacheStoreTest, RenewalsNeverKeepALeasePastItsLongestLife) {
   // The default longest life is an hour; leases of 10 min renewed every
-  // 9 min reach it, and the last renewal is cut short to the hour.
+  // 9 min reach it: the renewal that would pass it is refused, and the
+  // lease ends at the expiry it had.
   const auto tokens = Tokens(8, 9);
   ASSERT_TRUE(t_.CommitBlocks(tokens, 0, 2).ok());
   auto m = t_.store->Match(t_.writer, t_.Request(tokens, kMaxLeaseTtl)).value();
   ASSERT_NE(m.lease, 0u);
   const Nanos granted = t_.clock.Now();
   Nanos applied = 0;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 5; ++i) {
     t_.clock.Advance(Minutes(9));
     ASSERT_TRUE(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl, &applied).ok());
+    EXPECT_EQ(applied, kMaxLeaseTtl);
   }
-  EXPECT_EQ(applied, granted + Hours(1) - t_.clock.Now());  // 6 min left, not 10
-  t_.clock.Advance(applied - 1);
+  t_.clock.Advance(Minutes(9));  // 54 min: renewed to 64 min, past the hour
+  EXPECT_EQ(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl).code(),
+            StatusCode::kResourceExhausted);
+  ASSERT_TRUE(t_.store->RenewLease(t_.writer, m.lease, Minutes(6)).ok());  // to the hour: fine
+  t_.clock.Advance(Minutes(6) - 1);
   std::vector<std::vector<std::byte>> got;
   EXPECT_TRUE(FetchAll(m, &got).status.ok());
-  ASSERT_TRUE(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl, &applied).ok());
-  EXPECT_EQ(applied, 1);  // at its end: the renewal adds nothing
+  EXPECT_EQ(t_.store->RenewLease(t_.writer, m.lease, Seconds(1)).code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(t_.clock.Now() + 1, granted + Hours(1));
   t_.clock.Advance(1);
   EXPECT_EQ(FetchAll(m, &got).status.code(), StatusCode::kLeaseExpired);
   EXPECT_EQ(t_.store->RenewLease(t_.writer, m.lease, kMaxLeaseTtl).code(),
@@ -191,6 +197,9 @@ TEST_F(CacheStoreTest, RenewalsNeverKeepALeasePastItsLongestLife) {
   CacheStoreOptions o;
   o.dram.capacity_bytes = 1 << 20;
   o.max_lease_life = kMaxLeaseTtl - 1;
+  EXPECT_EQ(CacheStore::Open(o).status().code(), StatusCode::kInvalidArgument);
+  o.max_lease_life = Hours(1);
+  o.default_write_lease_ttl = kMaxLeaseTtl + 1;  // would outlive a renewal's limit
   EXPECT_EQ(CacheStore::Open(o).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -944,6 +944,10 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   if (options.global_kv_ttl <= 0 || options.swa_ttl <= 0) {
     return InvalidArgument("TTLs must be positive");
   }
+  if (options.default_read_lease_ttl <= 0 || options.default_read_lease_ttl > kMaxLeaseTtl ||
+      options.default_write_lease_ttl <= 0 || options.default_write_lease_ttl > kMaxLeaseTtl) {
+    return InvalidArgument("default lease TTLs must be in (0, 10m]");
+  }
   if (options.max_lease_life < kMaxLeaseTtl) {
     // Else a lease could be granted for longer than it may live.
     return InvalidArgument("max_lease_life must be at least the longest lease TTL (10m)");
@@ -1863,9 +1867,8 @@ Status CacheStore::RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
   if (!write.ok()) return write.status();
   if (ttl == 0) ttl = *write ? s.opts.default_write_lease_ttl : s.opts.default_read_lease_ttl;
   const Nanos now = s.clock->Now();
-  const Result<Nanos> expiry = s.leases.Renew(*ns, lease, now, now + ttl, s.opts.max_lease_life);
-  if (!expiry.ok()) return expiry.status();
-  if (applied_ttl != nullptr) *applied_ttl = *expiry - now;
+  STRATA_RETURN_IF_ERROR(s.leases.Renew(*ns, lease, now, now + ttl, s.opts.max_lease_life));
+  if (applied_ttl != nullptr) *applied_ttl = ttl;
   return Status::Ok();
 }
 

@@ -60,16 +60,22 @@ Status LeaseTable::WithLive(uint32_t ns, LeaseId id, Nanos now,
   return Status::Ok();
 }
 
-Result<Nanos> LeaseTable::Renew(uint32_t ns, LeaseId id, Nanos now, Nanos wanted,
-                                Nanos longest_life) {
+Status LeaseTable::Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry, Nanos longest_life) {
   std::lock_guard lock(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.ns != ns) {
     return LeaseExpired("lease " + std::to_string(id) + " is not live (expired or released)");
   }
   if (it->second.expiry <= now) return LeaseExpired("lease " + std::to_string(id) + " expired");
-  it->second.expiry = std::min(wanted, it->second.granted + longest_life);
-  return it->second.expiry;
+  if (new_expiry - it->second.granted > longest_life) {
+    // Refused rather than cut short: a client must not believe it holds
+    // the lease (and its buffers) for longer than it does.
+    return ResourceExhausted("lease " + std::to_string(id) + " cannot be renewed past " +
+                             std::to_string(longest_life / kNanosPerSecond) +
+                             " s after its grant; it ends at its current expiry");
+  }
+  it->second.expiry = new_expiry;
+  return Status::Ok();
 }
 
 std::optional<LeaseRecord> LeaseTable::Take(uint32_t ns, LeaseId id) {

@@ -43,9 +43,9 @@ class LeaseTable {
   // unknown id, LEASE_EXPIRED once past its expiry.
   Status WithLive(uint32_t ns, LeaseId id, Nanos now,
                   const std::function<void(const LeaseRecord&)>& fn) const;
-  // Moves a live lease's expiry to `wanted`, but never past `granted +
-  // longest_life`; returns the expiry applied.
-  Result<Nanos> Renew(uint32_t ns, LeaseId id, Nanos now, Nanos wanted, Nanos longest_life);
+  // Moves a live lease's expiry to `new_expiry`; RESOURCE_EXHAUSTED, and
+  // the lease left as it is, past `longest_life` after its grant.
+  Status Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry, Nanos longest_life);
   // Removes and returns the lease whatever its expiry; nullopt if unknown.
   std::optional<LeaseRecord> Take(uint32_t ns, LeaseId id);
   std::vector<LeaseRecord> TakeExpired(Nanos now);

@@ -35,9 +35,9 @@ struct CacheStoreOptions {
   Nanos swa_ttl = Minutes(10);
   Nanos default_read_lease_ttl = Seconds(10);
   Nanos default_write_lease_ttl = Seconds(30);
-  // A lease renewed again and again still ends this long after it was
-  // granted (a renewal is cut short, and says so in its applied TTL): a
-  // client stuck renewing cannot hold entries or reserved space for ever.
+  // A lease renewed again and again still ends by this long after it was
+  // granted (a renewal past it is refused): a client stuck renewing cannot
+  // hold entries or reserved space for ever.
   Nanos max_lease_life = Hours(1);
   // Entries held by one namespace's live leases, read and write, at most
   // (each takes a pin and a little memory until the lease ends): a match
@@ -184,9 +184,9 @@ class CacheStore {
   Result<PublishResult> Commit(const Principal& caller, const ModelId& model,
                                std::span<const CommitPayload> payloads);
   // Extends a live lease to now + ttl (0: the default read or write lease
-  // ttl, by the lease's kind; a write lease needs the write role), but no
-  // further than max_lease_life after its grant; *applied_ttl, if given,
-  // gets the ttl applied.
+  // ttl, by the lease's kind; a write lease needs the write role);
+  // RESOURCE_EXHAUSTED past max_lease_life after its grant. *applied_ttl,
+  // if given, gets the ttl used.
   Status RenewLease(const Principal& caller, LeaseId lease, Nanos ttl,
                     Nanos* applied_ttl = nullptr);
   // Ends a read lease or drops a reservation (which needs the write role).
