@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -774,6 +775,42 @@ TEST(SsdTierTest, AFailedIndexWriteRecoversAfterTheRetryInterval) {
   EXPECT_EQ(tier->Stats().entries, 0u);
 }
 
+// Writes Key(1), lets it expire and has `rewrite` put it again with an
+// index put that fails after it may have landed (`fail_put` set meanwhile);
+// the index then recovers with a write of Key(2), which may reuse the freed
+// extents, and the tier restarts. Key(1) must stay gone, Key(2) intact.
+void CheckAFailedRewriteStaysDeleted(
+    SsdTierOptions o, ManualClock& clock,
+    const std::function<Status(SsdTier&, std::span<const std::byte>, std::atomic<bool>&)>&
+        rewrite) {
+  std::atomic<bool> fail_put{false};
+  o.after_index_put_hook = [&] {
+    return fail_put ? Unavailable("injected: the index sync failed") : Status::Ok();
+  };
+  const std::vector<std::byte> v1 = RandomBytes(8000, 60), v2 = RandomBytes(8000, 61),
+                               v3 = RandomBytes(8000, 62);
+  {
+    auto tier = SsdTier::Open(o).value();
+    ASSERT_TRUE(tier->Write({Key(1), v1, 1, 1}).ok());
+    clock.Advance(o.ttl);
+    const Status put = rewrite(*tier, v2, fail_put);
+    EXPECT_EQ(put.code(), StatusCode::kUnavailable) << put.ToString();
+    EXPECT_FALSE(tier->Contains(Key(1)));
+    clock.Advance(o.write_retry_interval);
+    ASSERT_TRUE(tier->Write({Key(2), v3, 1, 1}).ok());  // the index recovers first
+    EXPECT_EQ(tier->Stats().entries, 1u);
+    EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(v3.size()));
+  }
+  o.after_index_put_hook = nullptr;
+  o.before_index_delete_hook = nullptr;
+  auto tier = SsdTier::Open(o).value();
+  EXPECT_FALSE(tier->Contains(Key(1)));
+  EXPECT_EQ(tier->Stats().entries, 1u);
+  std::vector<std::byte> out(v3.size());
+  ASSERT_TRUE(tier->Read({Key(2), out}).ok());
+  EXPECT_EQ(out, v3);
+}
+
 // A put that reached the index but reported failure (a failed sync), over
 // an expired entry of the same key still in memory. Its retried delete must
 // cover the key: neither the old entry nor the new one may come back after
@@ -784,32 +821,13 @@ TEST(SsdTierTest, AFailedPutOverAnExpiredEntryIsDeletedNotResurrected) {
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);
   o.clock = &clock;
-  bool fail = false;
-  o.after_index_put_hook = [&] {
-    return fail ? Unavailable("injected: the index sync failed") : Status::Ok();
-  };
-  const std::vector<std::byte> v1 = RandomBytes(8000, 60), v2 = RandomBytes(8000, 61),
-                               v3 = RandomBytes(8000, 62);
-  {
-    auto tier = SsdTier::Open(o).value();
-    ASSERT_TRUE(tier->Write({Key(1), v1, 1, 1}).ok());
-    clock.Advance(o.ttl);  // expired, still in memory: no maintenance ran
+  // No maintenance runs: the expired entry is still in memory at the put.
+  CheckAFailedRewriteStaysDeleted(o, clock, [](SsdTier& tier, auto v2, std::atomic<bool>& fail) {
     fail = true;
-    EXPECT_EQ(tier->Write({Key(1), v2, 1, 1}).code(), StatusCode::kUnavailable);
+    const Status put = tier.Write({Key(1), v2, 1, 1});
     fail = false;
-    EXPECT_FALSE(tier->Contains(Key(1)));
-    clock.Advance(o.write_retry_interval);
-    ASSERT_TRUE(tier->Write({Key(2), v3, 1, 1}).ok());  // the index recovers first
-    EXPECT_EQ(tier->Stats().entries, 1u);
-    EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(v3.size()));
-  }
-  o.after_index_put_hook = nullptr;
-  auto tier = SsdTier::Open(o).value();
-  EXPECT_FALSE(tier->Contains(Key(1)));
-  EXPECT_EQ(tier->Stats().entries, 1u);
-  std::vector<std::byte> out(v3.size());
-  ASSERT_TRUE(tier->Read({Key(2), out}).ok());
-  EXPECT_EQ(out, v3);
+    return put;
+  });
 }
 
 // The same, with maintenance retiring the expired entry just before the
@@ -821,10 +839,6 @@ TEST(SsdTierTest, AFailedEvictionDoesNotShieldAFailedPutFromItsDelete) {
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);
   o.clock = &clock;
-  std::atomic<bool> fail_put{false};
-  o.after_index_put_hook = [&] {
-    return fail_put ? Unavailable("injected: the index sync failed") : Status::Ok();
-  };
   std::promise<void> retired, put_done;
   std::shared_future<void> put_finished = put_done.get_future().share();
   std::atomic<int> deletes{0};
@@ -835,32 +849,16 @@ TEST(SsdTierTest, AFailedEvictionDoesNotShieldAFailedPutFromItsDelete) {
     }
     return Status::Ok();
   };
-  const std::vector<std::byte> v1 = RandomBytes(8000, 63), v2 = RandomBytes(8000, 64),
-                               v3 = RandomBytes(8000, 65);
-  {
-    auto tier = SsdTier::Open(o).value();
-    ASSERT_TRUE(tier->Write({Key(1), v1, 1, 1}).ok());
-    clock.Advance(o.ttl);
-    std::thread maintenance([&] { tier->RunMaintenance(); });
+  CheckAFailedRewriteStaysDeleted(o, clock, [&](SsdTier& tier, auto v2, std::atomic<bool>& fail) {
+    std::thread maintenance([&] { tier.RunMaintenance(); });
     retired.get_future().wait();
-    fail_put = true;
-    const Status put = tier->Write({Key(1), v2, 1, 1});
-    fail_put = false;
+    fail = true;
+    const Status put = tier.Write({Key(1), v2, 1, 1});
+    fail = false;
     put_done.set_value();
     maintenance.join();
-    EXPECT_EQ(put.code(), StatusCode::kUnavailable) << put.ToString();
-    EXPECT_FALSE(tier->Contains(Key(1)));
-    clock.Advance(o.write_retry_interval);
-    ASSERT_TRUE(tier->Write({Key(2), v3, 1, 1}).ok());  // the index recovers first
-    EXPECT_EQ(tier->Stats().entries, 1u);
-  }
-  o.after_index_put_hook = nullptr;
-  o.before_index_delete_hook = nullptr;
-  auto tier = SsdTier::Open(o).value();
-  EXPECT_FALSE(tier->Contains(Key(1)));
-  std::vector<std::byte> out(v3.size());
-  ASSERT_TRUE(tier->Read({Key(2), out}).ok());
-  EXPECT_EQ(out, v3);
+    return put;
+  });
 }
 
 // An access-time hint that fails to persist is only a lost hint: the index
