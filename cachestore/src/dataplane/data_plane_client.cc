@@ -2,7 +2,6 @@
 // to one node, progressed on the calling thread.
 #include <algorithm>
 #include <cstring>
-#include <list>
 #include <mutex>
 #include <unordered_map>
 
@@ -25,15 +24,11 @@ using internal::RequestHeader;
 using internal::StatusFromUcs;
 using internal::SteadyNow;
 
-namespace {
-// How long teardown waits for UCX to give back requests after a force close.
-constexpr Nanos kTeardownGrace = 2 * kNanosPerSecond;
-}  // namespace
-
 struct DataPlaneClient::Impl {
   struct Call;
   // One op of the current call. UCX callbacks point at it, so it lives in its
-  // Call until every request referencing it has finished.
+  // Call until every request referencing it has finished, or until the
+  // worker holding those requests is destroyed (see Run).
   struct Op {
     Call* call = nullptr;
     size_t index = 0;
@@ -58,6 +53,8 @@ struct DataPlaneClient::Impl {
 
   ServerInfo server;
   ClientOptions options;
+  // The worker is dropped when UCX does not hand back a failed call's
+  // requests in time (ucx->worker is then null until the next call).
   std::unique_ptr<internal::UcxWorker> ucx;
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
@@ -69,17 +66,17 @@ struct DataPlaneClient::Impl {
   Status ep_failure;  // set by the endpoint's error handler
   uint64_t next_op_id = 1;
   std::unordered_map<uint64_t, Op*> awaiting_reply;  // op id -> op
-  // Calls abandoned with requests UCX never gave back; freed after the worker.
-  std::list<std::unique_ptr<Call>> orphans;
+  // Guards everything above; every public call holds it from start to end.
   mutable std::mutex mu;
 
+  // No request points into a Call here: Run returns only once UCX has
+  // handed back every request of its call, or after destroying the worker.
   ~Impl() {
-    CloseEndpoint(/*force=*/!ep_failure.ok());
+    CloseEndpoint(/*cancel=*/!ep_failure.ok(), SteadyNow() + internal::ClientTeardownGrace());
     if (ucx != nullptr && ucx->worker != nullptr) {
       ucp_worker_destroy(ucx->worker);
       ucx->worker = nullptr;
     }
-    orphans.clear();
   }
 
   // ---- completion plumbing (all on the calling thread, inside progress) ----
@@ -215,6 +212,39 @@ struct DataPlaneClient::Impl {
     return UCS_OK;
   }
 
+  // ---- worker ----
+
+  // Makes a worker with the reply handlers; Connect's, or a fresh one after
+  // DestroyWorker.
+  Status OpenWorker() {
+    if (ucx->worker == nullptr) {
+      Result<ucp_worker_h> worker = internal::CreateWorker(ucx->context);
+      if (!worker.ok()) return worker.status();
+      ucx->worker = *worker;
+    }
+    Status st = internal::SetAmHandler(ucx->worker, kAmPong, &Impl::OnStatusReply, this);
+    if (st.ok()) st = internal::SetAmHandler(ucx->worker, kAmReadReply, &Impl::OnReadReply, this);
+    if (st.ok()) st = internal::SetAmHandler(ucx->worker, kAmWriteAck, &Impl::OnStatusReply, this);
+    if (!st.ok()) DestroyWorker();
+    return st;
+  }
+
+  // Destroys the worker with whatever UCX still holds on it, the endpoint
+  // included: ucp_worker_destroy releases every request, completing some
+  // with UCS_ERR_CANCELED (their callbacks run in here, so the Ops they point
+  // at must be alive), and afterwards nothing of UCX can touch a caller's
+  // buffer. The next call makes a fresh worker.
+  void DestroyWorker() {
+    if (ucx->worker == nullptr) return;
+    // The key comes from the worker's memory pool: it goes first.
+    if (rkey != nullptr) ucp_rkey_destroy(rkey);
+    rkey = nullptr;
+    ep = nullptr;  // ucp_worker_destroy destroys it
+    ucp_worker_destroy(ucx->worker);
+    ucx->worker = nullptr;
+    internal::CountClientWorkerTeardown();
+  }
+
   // ---- endpoint ----
 
   Status OpenEndpoint() {
@@ -289,15 +319,19 @@ struct DataPlaneClient::Impl {
     return ucp_ep_create(ucx->worker, &params, &ep);
   }
 
-  // Closes the endpoint; `force` cancels whatever is outstanding on it.
-  void CloseEndpoint(bool force) {
-    if (ucx == nullptr || ep == nullptr) return;
+  // Closes the endpoint, progressing until `deadline` at most. `cancel`:
+  // give up on what is outstanding on it (a forced close). UCX allows that
+  // only with peer error handling (elsewhere ucp_ep_close_nbx refuses it with
+  // UCS_ERR_INVALID_PARAM and the endpoint would live on); without, the close
+  // flushes.
+  void CloseEndpoint(bool cancel, Nanos deadline) {
+    if (ucx == nullptr || ucx->worker == nullptr || ep == nullptr) return;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = cancel && peer_error_handling ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     ep = nullptr;
-    (void)internal::WaitRequest(ucx->worker, r, SteadyNow() + kTeardownGrace, "closing endpoint");
+    (void)internal::WaitRequest(ucx->worker, r, deadline, "closing endpoint");
     // Only now: RMA gets still queued on the endpoint use the key until the
     // close has flushed or purged them.
     if (rkey != nullptr) ucp_rkey_destroy(rkey);
@@ -308,7 +342,10 @@ struct DataPlaneClient::Impl {
 
   // Runs one call: `issue(op)` starts each op; progress until every op is
   // done and UCX holds no request into the call, or the deadline passes or
-  // the endpoint fails. Every op is reported to `on_done` once.
+  // the endpoint fails. Every op is reported to `on_done` once. Never
+  // returns while UCX may still touch the call's buffers: after a failure,
+  // requests UCX has not handed back within the teardown grace go with the
+  // whole worker (the next call makes a fresh one).
   Status Run(std::unique_ptr<Call> call, const std::function<void(Op*)>& issue,
              const std::function<void(size_t, const Status&)>& on_done, Nanos deadline) {
     Status first_error;
@@ -322,10 +359,14 @@ struct DataPlaneClient::Impl {
       for (size_t i : call->completed) report(i);
       return first_error;
     };
+    if (ucx->worker == nullptr) {
+      Status st = OpenWorker();
+      if (!st.ok()) return fail_all(st);
+    }
     if (ep == nullptr) {
       Status st = OpenEndpoint();
       if (!st.ok()) {
-        CloseEndpoint(/*force=*/true);
+        CloseEndpoint(/*cancel=*/true, SteadyNow() + internal::ClientTeardownGrace());
         return fail_all(st);
       }
     }
@@ -349,19 +390,28 @@ struct DataPlaneClient::Impl {
     }
     Status why = !ep_failure.ok() ? ep_failure
                                   : DeadlineExceeded("data plane transfer did not finish in time");
-    for (Op& op : call->ops) {
-      if (!op.done) awaiting_reply.erase(op.header.op_id);
-    }
+    // Ops still open fail with `why` (not with the UCS_ERR_CANCELED that
+    // the teardown below may hand their requests back with); late replies
+    // to them are dropped.
+    for (Op& op : call->ops) Complete(&op, why);
     if (call->outstanding > 0 || !ep_failure.ok()) {
       // UCX still points into caller buffers: cancel everything on the
-      // endpoint and wait for UCX to hand the requests back.
-      CloseEndpoint(/*force=*/true);
-      const Nanos grace = SteadyNow() + kTeardownGrace;
+      // endpoint and give UCX a grace to hand the requests back.
+      // Without peer error handling there is no forced close, and a close
+      // would only flush: the endpoint stays open during the grace.
+      const Nanos grace = SteadyNow() + internal::ClientTeardownGrace();
+      if (peer_error_handling) CloseEndpoint(/*cancel=*/true, grace);
       while (call->outstanding > 0 && SteadyNow() < grace) ucp_worker_progress(ucx->worker);
+      if (call->outstanding > 0) {
+        // What UCX still holds may write into or read from the caller's
+        // buffers once we return: it goes with the worker, while `call`
+        // (which its callbacks point at) is still alive.
+        DestroyWorker();
+      } else {
+        CloseEndpoint(/*cancel=*/true, grace);
+      }
     }
-    Status result = fail_all(why);
-    if (call->outstanding > 0) orphans.push_back(std::move(call));
-    return result;
+    return fail_all(why);
   }
 
   std::unique_ptr<Call> NewCall(size_t n) {
@@ -536,12 +586,7 @@ Result<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(const ServerIn
   if (!ucx.ok()) return ucx.status();
   impl->ucx = std::move(*ucx);
   Impl* raw = impl.get();
-  STRATA_RETURN_IF_ERROR(
-      internal::SetAmHandler(raw->ucx->worker, kAmPong, &Impl::OnStatusReply, raw));
-  STRATA_RETURN_IF_ERROR(
-      internal::SetAmHandler(raw->ucx->worker, kAmReadReply, &Impl::OnReadReply, raw));
-  STRATA_RETURN_IF_ERROR(
-      internal::SetAmHandler(raw->ucx->worker, kAmWriteAck, &Impl::OnStatusReply, raw));
+  STRATA_RETURN_IF_ERROR(raw->OpenWorker());
   STRATA_RETURN_IF_ERROR(raw->OpenEndpoint());
   STRATA_RETURN_IF_ERROR(raw->Ping(SteadyNow() + options.timeout));
   return std::unique_ptr<DataPlaneClient>(new DataPlaneClient(std::move(impl)));

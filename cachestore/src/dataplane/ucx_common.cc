@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -98,16 +99,37 @@ Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup) {
     handles->context = nullptr;
     return StatusFromUcs(st, "ucp_init (check UCX_TLS)");
   }
+  Result<ucp_worker_h> worker = CreateWorker(handles->context);
+  if (!worker.ok()) return worker.status();
+  handles->worker = *worker;
+  return handles;
+}
+
+Result<ucp_worker_h> CreateWorker(ucp_context_h context) {
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
-  st = ucp_worker_create(handles->context, &wparams, &handles->worker);
-  if (st != UCS_OK) {
-    handles->worker = nullptr;
-    return StatusFromUcs(st, "ucp_worker_create");
-  }
-  return handles;
+  ucp_worker_h worker = nullptr;
+  ucs_status_t st = ucp_worker_create(context, &wparams, &worker);
+  if (st != UCS_OK) return StatusFromUcs(st, "ucp_worker_create");
+  return worker;
 }
+
+namespace {
+constexpr Nanos kDefaultClientTeardownGrace = 2 * kNanosPerSecond;
+std::atomic<Nanos> client_teardown_grace{kDefaultClientTeardownGrace};
+std::atomic<uint64_t> client_worker_teardowns{0};
+}  // namespace
+
+Nanos ClientTeardownGrace() { return client_teardown_grace.load(std::memory_order_relaxed); }
+
+void SetClientTeardownGraceForTesting(Nanos grace) {
+  client_teardown_grace.store(grace < 0 ? kDefaultClientTeardownGrace : grace,
+                              std::memory_order_relaxed);
+}
+
+uint64_t ClientWorkerTeardownsForTesting() { return client_worker_teardowns.load(); }
+void CountClientWorkerTeardown() { client_worker_teardowns.fetch_add(1); }
 
 Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb, void* arg) {
   ucp_am_handler_param_t param{};

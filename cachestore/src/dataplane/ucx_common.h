@@ -87,6 +87,20 @@ struct UcxWorker {
   ~UcxWorker();
 };
 Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup);
+// A further worker on `context` (UCS_THREAD_MODE_SINGLE), e.g. to replace
+// one that was destroyed.
+Result<ucp_worker_h> CreateWorker(ucp_context_h context);
+
+// How long a client, after a failed or late call, waits for UCX to hand back
+// the requests it still holds before it drops its whole worker (2 s).
+Nanos ClientTeardownGrace();
+// Tests: a shorter (or zero) grace, so that UCX still holds requests when it
+// ends; a negative value restores the default.
+void SetClientTeardownGraceForTesting(Nanos grace);
+// How many times clients dropped their worker (process-wide), for tests; the
+// client counts each with CountClientWorkerTeardown.
+uint64_t ClientWorkerTeardownsForTesting();
+void CountClientWorkerTeardown();
 
 // Registers an active-message handler on `worker`.
 Status SetAmHandler(ucp_worker_h worker, uint16_t id, ucp_am_recv_callback_t cb, void* arg);
