@@ -41,6 +41,14 @@
 // DEADLINE_EXCEEDED (RMA reads from a dead local node may still succeed: the
 // mapping outlives the process, and the bytes are what it last held).
 //
+// A failed call returns only once UCX has handed back its requests, or the
+// client dropped its whole UCX worker with them (a fresh one serves the next
+// call). On the same host one gap remains: a node pulls a rendezvous write's
+// source with cma itself, so a write abandoned as late may still read the
+// caller's buffer (harmless to the store: the bytes are never published, and
+// a reused buffer fails the checksum), and without error handling the node
+// keeps its receive, and the entry it pins, until it stops.
+//
 // UCX_TLS and the other UCX_* variables are read from the environment
 // (ucp_config_read) by both sides.
 #pragma once

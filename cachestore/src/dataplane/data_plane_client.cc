@@ -225,15 +225,21 @@ struct DataPlaneClient::Impl {
     Status st = internal::SetAmHandler(ucx->worker, kAmPong, &Impl::OnStatusReply, this);
     if (st.ok()) st = internal::SetAmHandler(ucx->worker, kAmReadReply, &Impl::OnReadReply, this);
     if (st.ok()) st = internal::SetAmHandler(ucx->worker, kAmWriteAck, &Impl::OnStatusReply, this);
-    if (!st.ok()) DestroyWorker();
+    if (!st.ok()) {
+      ucp_worker_destroy(ucx->worker);  // nothing on it yet
+      ucx->worker = nullptr;
+    }
     return st;
   }
 
   // Destroys the worker with whatever UCX still holds on it, the endpoint
-  // included: ucp_worker_destroy releases every request, completing some
-  // with UCS_ERR_CANCELED (their callbacks run in here, so the Ops they point
-  // at must be alive), and afterwards nothing of UCX can touch a caller's
-  // buffer. The next call makes a fresh worker.
+  // included. Callbacks of its requests may run in here (with
+  // UCS_ERR_CANCELED), so the Ops they point at must be alive; UCX 1.13
+  // mostly just drops them (a "not returned to mpool" warning, a request's
+  // worth of memory lost per teardown). Afterwards this process's UCX
+  // touches no caller buffer; a node reading a write's source over shared
+  // memory (cma) is out of its hands (see data_plane.h). The next call
+  // makes a fresh worker.
   void DestroyWorker() {
     if (ucx->worker == nullptr) return;
     // The key comes from the worker's memory pool: it goes first.
