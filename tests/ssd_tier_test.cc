@@ -918,6 +918,15 @@ TEST(SsdTierTest, AShortReadDropsTheEntry) {
   EXPECT_TRUE(tier->Contains(Key(1)));
 }
 
+// A 16 MiB tier whose data files sit on `tmpfs` and whose index sits in
+// `dir`, off the file system the test fills.
+SsdTierOptions OnTmpfs(const ScopedTmpfs& tmpfs, const TempDir& dir, ManualClock* clock) {
+  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
+  o.index_dir = dir.path() + "/index";
+  o.clock = clock;
+  return o;
+}
+
 // Data files on a 1 MiB tmpfs (mounted throughout, so the tier sees it),
 // 256 KiB kept free: a batch goes only if the blocks it writes for the
 // first time leave that much, so the tier never eats into it; an extent
@@ -928,9 +937,7 @@ TEST(SsdTierTest, MinFreeBytesCountsWhatABatchNewlyWrites) {
   TempDir dir;
   auto free_bytes = [&] { return FreeBytes(tmpfs.path()); };
   ManualClock clock;
-  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
-  o.index_dir = dir.path() + "/index";
-  o.clock = &clock;
+  SsdTierOptions o = OnTmpfs(tmpfs, dir, &clock);
   o.min_free_bytes = 256 << 10;
   auto tier = SsdTier::Open(o).value();
   const std::vector<std::byte> p = RandomBytes(300000, 56);  // 296 KiB on disk
@@ -967,9 +974,7 @@ TEST(SsdTierTest, ConcurrentBatchesCannotBothTakeTheSameFreeSpace) {
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
   TempDir dir;
   ManualClock clock;
-  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
-  o.index_dir = dir.path() + "/index";
-  o.clock = &clock;
+  SsdTierOptions o = OnTmpfs(tmpfs, dir, &clock);
   o.min_free_bytes = 256 << 10;
   std::promise<void> admitted, resume;
   std::shared_future<void> resumed = resume.get_future().share();
@@ -1016,9 +1021,7 @@ TEST(SsdTierTest, DiskFullStopsWritesAndKeepsServingReads) {
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
   TempDir dir;
   ManualClock clock;
-  SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
-  o.index_dir = dir.path() + "/index";
-  o.clock = &clock;
+  SsdTierOptions o = OnTmpfs(tmpfs, dir, &clock);
   o.min_free_bytes = 0;  // run into ENOSPC itself, not the free-space check
   auto opened = SsdTier::Open(o);
   // Detached at once: the open data file keeps the tmpfs alive, and nothing
