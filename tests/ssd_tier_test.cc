@@ -579,6 +579,84 @@ TEST(SsdTierTest, EqualTimesEvictAChainsTailBeforeItsAncestors) {
   }
 }
 
+// A read is a use: the entry read goes to the back of the LRU order.
+TEST(SsdTierTest, AReadKeepsTheEntryItRead) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path(), 8 * kSsdBlockBytes);
+  o.clock = &clock;
+  o.high_watermark = o.low_watermark = 1.0;
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 14);
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+    clock.Advance(Seconds(1));
+  }
+  std::vector<std::byte> out(p.size());
+  ASSERT_TRUE(tier->Read({Key(0), out}).ok());
+  clock.Advance(Seconds(1));
+  ASSERT_TRUE(tier->Write({Key(100), p, 1, 1}).ok());
+  EXPECT_TRUE(tier->Contains(Key(0)));
+  EXPECT_FALSE(tier->Contains(Key(1)));
+}
+
+// The eviction order is kept as entries are written, read, touched, erased,
+// expired, evicted and restored: random operations, checked after each.
+TEST(SsdTierTest, TheEvictionOrderFollowsEveryChange) {
+  for (const char* policy : {"lru", "deadline"}) {
+    TempDir dir;
+    ManualClock clock;
+    SsdTierOptions o = Options(dir.path(), 48 * kSsdBlockBytes);
+    o.clock = &clock;
+    o.sync = false;
+    o.ttl = Seconds(12);
+    o.high_watermark = 0.9;
+    o.low_watermark = 0.7;
+    o.eviction_policy = policy;
+    std::mt19937_64 rng(5);
+    const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 15);
+    std::vector<std::byte> out(p.size());
+    uint64_t evictions = 0, expired = 0;
+    for (int reopen = 0; reopen < 2; ++reopen) {
+      auto tier = SsdTier::Open(o).value();
+      ASSERT_TRUE(tier->EvictionOrderConsistentForTesting()) << policy << " after open";
+      for (int step = 0; step < 1500; ++step) {
+        const SsdKey key = Key(rng() % 120);
+        switch (rng() % 7) {
+          case 0:
+          case 1: {
+            std::vector<SsdWrite> batch{{key, p, 1, 1}, {Key(rng() % 120), p, 1, 1}};
+            (void)tier->WriteBatch(batch);
+            break;
+          }
+          case 2:
+            (void)tier->Read({key, out});
+            break;
+          case 3:
+            tier->Touch(key, SsdTouch::kUse, static_cast<uint32_t>(rng() % 6));
+            break;
+          case 4:
+            tier->Touch(key, SsdTouch::kRenew, static_cast<uint32_t>(rng() % 6));
+            break;
+          case 5:
+            (void)tier->Erase(key);
+            break;
+          default:
+            (void)tier->RunMaintenance();
+            break;
+        }
+        clock.Advance(static_cast<Nanos>(rng() % 200) * kNanosPerMilli);
+        ASSERT_TRUE(tier->EvictionOrderConsistentForTesting()) << policy << " step " << step;
+      }
+      evictions += tier->Stats().evictions;
+      expired += tier->Stats().ttl_expired;
+    }
+    // Every path was taken.
+    EXPECT_GT(evictions, 0u) << policy;
+    EXPECT_GT(expired, 0u) << policy;
+  }
+}
+
 // 24 blocks come back again and again, each time after 71 other writes and
 // uses, while one-off blocks stream through a tier of 64 entries. Every
 // block leaves DRAM (a renewal) right after it is written or served, as in
@@ -688,7 +766,8 @@ TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsVictimsAndItsDeletions) {
   auto tier = SsdTier::Open(o).value();
   const std::vector<std::byte> p = RandomBytes(8000, 41);
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
-  EXPECT_FALSE(tier->Write({Key(4), p, 1, 1}).ok());  // its eviction fails: no room
+  EXPECT_FALSE(tier->Write({Key(4), p, 1, 1}).ok());       // its eviction fails: no room
+  EXPECT_TRUE(tier->EvictionOrderConsistentForTesting());  // the victims are back in it
   std::vector<std::byte> out(p.size());
   for (uint64_t i = 0; i < 4; ++i) {
     EXPECT_TRUE(tier->Read({Key(i), out}).ok()) << i;

@@ -212,6 +212,9 @@ class SsdTier {
   // and is replaced when released). Call with no I/O in flight.
   std::string DataFilePathForTesting(uint32_t file) const;
   void FailNextSubmitsForTesting(int rc);
+  // Test hook: whether the eviction order (kept as entries change, not
+  // sorted at eviction time) holds every entry where it ranks now.
+  bool EvictionOrderConsistentForTesting() const;
 
  private:
   struct Impl;

@@ -33,6 +33,7 @@
 
 #include "ghost_table.h"
 #include "hold_time_model.h"
+#include "ssd/eviction_queues.h"
 #include "ssd/ssd_index.h"
 #include "ssd/ssd_space.h"
 #include "ssd/uring_io.h"
@@ -77,8 +78,20 @@ struct Record {
   // root last, so with equal times an ancestor outlives its descendants
   // (which no match reaches without it).
   uint64_t order = 0;
+  // While in the in-memory index: its key there (owned by `records`) and
+  // its place in the eviction queues (Impl::IndexLocked).
+  const std::string* key = nullptr;
+  EvictionQueues<Record>::Position queued;
+  uint8_t queue = 0;
 };
 using RecordPtr = std::shared_ptr<Record>;
+
+// Records by expiry, for TTL maintenance without a scan.
+struct ExpiryLess {
+  bool operator()(const Record* a, const Record* b) const {
+    return a->meta.expiry != b->meta.expiry ? a->meta.expiry < b->meta.expiry : a < b;
+  }
+};
 
 }  // namespace
 
@@ -115,6 +128,12 @@ struct SsdTier::Impl {
 
   mutable std::mutex mu;
   std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
+  // Every record in `records`, ranked for eviction (see EvictionQueues),
+  // and by expiry; the bytes of shadow copies among them. Under `mu`.
+  static constexpr size_t kShadowQueue = HoldTimeModel::kClasses;
+  EvictionQueues<Record> queues{kShadowQueue + 1};  // LRU: queue 0 only
+  absl::btree_set<Record*, ExpiryLess> by_expiry;
+  uint64_t shadow_bytes = 0;
   // Every model a namespace stored (never shrinks: a handful, 16 bytes
   // each), so admin lookups by chain key alone need no scan. Under `mu`.
   std::map<std::string, std::set<ModelId>, std::less<>> models;
@@ -240,6 +259,10 @@ struct SsdTier::Impl {
     auto it = records.find(t.key);
     if (it == records.end()) return;
     Record& r = *it->second;
+    ReorderLocked(r, [&] { ChangeForTouchLocked(r, t); });
+  }
+
+  void ChangeForTouchLocked(Record& r, const QueuedTouch& t) {
     r.meta.last_access = std::max(r.meta.last_access, t.at);
     r.order = std::max(r.order, t.order);
     if (!model.has_value()) return;
@@ -291,14 +314,56 @@ struct SsdTier::Impl {
   // Eviction rank: smaller goes first. LRU: the last access. Deadline: the
   // end of the entry's holding time; a shadow of a DRAM entry is kept as
   // long as the most valuable class would be, twice over, after which it is
-  // presumed stale (its DRAM copy went without a renewal).
-  uint64_t RankLocked(const Record& r) const {
-    if (!model.has_value()) return static_cast<uint64_t>(r.meta.last_access);
-    if (r.above) {
-      // Holding times never fall as the class rises: the top one is longest.
-      return r.tick + 2 * model->hold(HoldTimeModel::kClasses - 1);
+  // presumed stale (its DRAM copy went without a renewal). As a queue and a
+  // time in it; RankOffsetsLocked gives each queue's share of the rank.
+  std::pair<size_t, uint64_t> QueueOfLocked(const Record& r) const {
+    if (!model.has_value()) return {0, static_cast<uint64_t>(r.meta.last_access)};
+    if (r.above) return {kShadowQueue, r.tick};
+    return {static_cast<size_t>(HoldTimeModel::ClassOf(r.uses)), r.tick};
+  }
+  std::vector<uint64_t> RankOffsetsLocked() const {
+    std::vector<uint64_t> offsets(kShadowQueue + 1, 0);
+    if (!model.has_value()) return offsets;
+    for (int c = 0; c < HoldTimeModel::kClasses; ++c) offsets[c] = model->hold(c);
+    // Holding times never fall as the class rises: the top one is longest.
+    offsets[kShadowQueue] = 2 * model->hold(HoldTimeModel::kClasses - 1);
+    return offsets;
+  }
+
+  void EnqueueLocked(Record& r) {
+    const auto [queue, time] = QueueOfLocked(r);
+    r.queue = static_cast<uint8_t>(queue);
+    r.queued = {time, r.order, r.key, &r};
+    queues.Insert(queue, r.queued);
+    if (queue == kShadowQueue) shadow_bytes += r.meta.extent_bytes;
+  }
+  void DequeueLocked(Record& r) {
+    queues.Erase(r.queue, r.queued);
+    if (r.queue == kShadowQueue) shadow_bytes -= r.meta.extent_bytes;
+  }
+  // `r` joined `records` under `key` (the map's own copy).
+  void IndexLocked(const std::string& key, Record& r) {
+    r.key = &key;
+    by_expiry.insert(&r);
+    EnqueueLocked(r);
+  }
+  // `r` is leaving `records`.
+  void UnindexLocked(Record& r) {
+    if (r.key == nullptr) return;
+    DequeueLocked(r);
+    by_expiry.erase(&r);
+    r.key = nullptr;
+  }
+  // Applies a change to what ranks `r` (its times, order, uses or role).
+  template <typename Change>
+  void ReorderLocked(Record& r, Change change) {
+    if (r.key == nullptr) {
+      change();
+      return;
     }
-    return r.tick + model->hold(HoldTimeModel::ClassOf(r.uses));
+    DequeueLocked(r);
+    change();
+    EnqueueLocked(r);
   }
 
   // The deadline model's budget: the tier swings between its watermarks,
@@ -375,6 +440,7 @@ struct SsdTier::Impl {
     auto it = records.find(key);
     if (it == records.end()) return nullptr;
     RecordPtr r = it->second;
+    UnindexLocked(*r);
     records.erase(it);
     r->retired = true;
     return r;
@@ -431,7 +497,8 @@ struct SsdTier::Impl {
         // when a failed put of the key waits to be deleted: back in memory
         // the record would pass for a rewrite and spare the key that delete.
         recs[i]->retired = false;
-        records.emplace(keys[i], recs[i]);
+        auto [it, added] = records.emplace(keys[i], recs[i]);
+        if (added) IndexLocked(it->first, *it->second);
       } else {
         undeleted.emplace_back(keys[i], recs[i]);
       }
@@ -477,8 +544,8 @@ struct SsdTier::Impl {
 
   // Picks victims: expired entries (with `ttl`), then the lowest ranked
   // ones while above the low watermark or short of `incoming` bytes. Unread
-  // entries only. Scans the whole index, so a write only calls it when the
-  // incoming bytes would cross the high watermark.
+  // entries only. Walks the eviction queues from their heads, so the cost
+  // is the victims', not the tier's size.
   void CollectVictimsLocked(Nanos now, uint64_t incoming, bool ttl, std::vector<std::string>* keys,
                             std::vector<RecordPtr>* recs) {
     const uint64_t cap = CapacityLocked();
@@ -486,22 +553,13 @@ struct SsdTier::Impl {
     const uint64_t low = static_cast<uint64_t>(opts.low_watermark * static_cast<double>(cap));
     if (!ttl && UsedLocked() + incoming <= high) return;
     ApplyTouchesLocked();
-    struct Ranked {
-      uint64_t rank;
-      uint64_t order;
-      const std::string* key;
-    };
-    std::vector<Ranked> by_rank;
-    uint64_t shadow_bytes = 0;
-    for (const auto& [k, r] : records) {
-      if (r->above) shadow_bytes += r->meta.extent_bytes;
-      if (ttl && r->meta.expiry <= now && r->readers == 0) {
-        keys->push_back(k);
-      } else if (r->readers == 0) {
-        by_rank.push_back({RankLocked(*r), r->order, &k});
+    if (model.has_value()) model->set_capacity(ModelCapacityLocked(shadow_bytes));
+    if (ttl) {
+      for (const Record* r : by_expiry) {
+        if (r->meta.expiry > now) break;
+        if (r->readers == 0) keys->push_back(*r->key);
       }
     }
-    if (model.has_value()) model->set_capacity(ModelCapacityLocked(shadow_bytes));
     for (const std::string& k : *keys) recs->push_back(RetireLocked(k));
     ttl_expired += keys->size();
     m.evict_ttl->Increment(keys->size());
@@ -511,21 +569,22 @@ struct SsdTier::Impl {
     // Ties (a batch written at once) go in the order they were last
     // touched (ancestors last), then in key order, so a replay evicts the
     // same entries every time.
-    std::sort(by_rank.begin(), by_rank.end(), [](const Ranked& a, const Ranked& b) {
-      if (a.rank != b.rank) return a.rank < b.rank;
-      return a.order != b.order ? a.order < b.order : *a.key < *b.key;
-    });
-    size_t n = 0;
-    for (const auto& [rank, order, key] : by_rank) {
-      if (used + incoming <= low) break;
-      std::string k = *key;  // `key` points into the node RetireLocked erases
-      RecordPtr r = RetireLocked(k);
-      RememberEvictedLocked(k, *r);
-      used -= r->meta.extent_bytes;
-      keys->push_back(std::move(k));
+    const size_t expired = keys->size();
+    queues.ForEachInRankOrder(RankOffsetsLocked(),
+                              [&](size_t, const EvictionQueues<Record>::Position& p) {
+                                if (used + incoming <= low) return false;
+                                if (p.item->readers == 0) {
+                                  keys->push_back(*p.key);
+                                  used -= p.item->meta.extent_bytes;
+                                }
+                                return true;
+                              });
+    for (size_t i = expired; i < keys->size(); ++i) {
+      RecordPtr r = RetireLocked((*keys)[i]);
+      RememberEvictedLocked((*keys)[i], *r);
       recs->push_back(std::move(r));
-      ++n;
     }
+    const size_t n = keys->size() - expired;
     evictions += n;
     m.evict_watermark->Increment(n);
   }
@@ -821,6 +880,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
     for (size_t i = 0; i < restored.size(); ++i) restored[i].second->tick = i;
     impl->model->StartAt(restored.size());
   }
+  for (auto& [k, r] : impl->records) impl->IndexLocked(k, *r);
   m.capacity_bytes->Set(static_cast<int64_t>(impl->CapacityLocked()));
   impl->PublishGaugesLocked();
   return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
@@ -1021,17 +1081,20 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     rec->meta = metas[i];
     rec->persisted_access = now;
     s.models[writes[i].key.ns].insert(writes[i].key.model_id);
-    RecordPtr& slot = s.records[keys[i]];
-    if (slot != nullptr) {
+    auto [slot, added] = s.records.try_emplace(keys[i]);
+    if (!added) {
       // An expired entry under the same key: the put just overwrote its
       // index entry, so its extent goes once no reader holds it.
-      slot->retired = true;
-      slot->index_gone = true;
-      s.MaybeFreeLocked(*slot);
+      Record& old = *slot->second;
+      s.UnindexLocked(old);
+      old.retired = true;
+      old.index_gone = true;
+      s.MaybeFreeLocked(old);
     }
     s.PlaceNewLocked(keys[i], *rec);
     rec->order = s.NextOrder();
-    slot = std::move(rec);
+    slot->second = std::move(rec);
+    s.IndexLocked(slot->first, *slot->second);
     s.bytes_written += metas[i].payload_bytes;
     s.m.bytes_written->Increment(metas[i].payload_bytes);
   }
@@ -1147,8 +1210,10 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
       --r.readers;
       if (out[i].ok()) {
         s.bytes_read += r.meta.payload_bytes;
-        r.meta.last_access = now;
-        r.order = s.NextOrder();
+        s.ReorderLocked(r, [&] {
+          r.meta.last_access = now;
+          r.order = s.NextOrder();
+        });
         if (!r.retired && now - r.persisted_access >= s.opts.access_persist_interval) {
           r.persisted_access = now;
           access_puts.emplace_back(keys[i], recs[i]);
@@ -1286,6 +1351,23 @@ const SsdTierOptions& SsdTier::options() const { return impl_->opts; }
 
 std::string SsdTier::DataFilePathForTesting(uint32_t file) const {
   return file < impl_->paths.size() ? impl_->paths[file] : std::string();
+}
+
+bool SsdTier::EvictionOrderConsistentForTesting() const {
+  const Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  uint64_t shadow_bytes = 0;
+  for (const auto& [k, r] : s.records) {
+    const auto [queue, time] = s.QueueOfLocked(*r);
+    const EvictionQueues<Record>::Position& p = r->queued;
+    if (r->key != &k || r->queue != queue || p.time != time || p.order != r->order || p.key != &k ||
+        p.item != r.get() || !s.queues.Contains(queue, p) || !s.by_expiry.contains(r.get())) {
+      return false;
+    }
+    if (queue == Impl::kShadowQueue) shadow_bytes += r->meta.extent_bytes;
+  }
+  return s.queues.size() == s.records.size() && s.by_expiry.size() == s.records.size() &&
+         s.shadow_bytes == shadow_bytes;
 }
 
 void SsdTier::FailNextSubmitsForTesting(int rc) {
