@@ -627,6 +627,91 @@ TEST_F(SsdStoreTest, AdminCallsReachSsdOnlyEntries) {
   EXPECT_EQ(store_->Stats().ssd.entries, 0u);
 }
 
+// Pages of a listing over both tiers: SSD-only entries, promoted ones (in
+// DRAM with an SSD copy) and DRAM-only ones, with and without filters.
+// Whatever the page size, the pages together are the one-page listing:
+// each entry once, in (key, kind) order, no page longer than asked. (The
+// SSD tier is read a page at a time, so a page stops where its read did.)
+TEST_F(SsdStoreTest, ListPagesOverBothTiersEqualOneBigPage) {
+  Open();
+  std::vector<std::vector<uint32_t>> prompts;
+  for (uint32_t i = 0; i < 12; ++i) prompts.push_back(Tokens(2 * kTinyBlockTokens, 40 + i));
+  for (size_t i = 0; i < 9; ++i) Commit(prompts[i]);
+  store_->FlushWriteBack();
+  Open();  // 18 entries, all SSD-only
+  std::vector<std::vector<std::byte>> out;
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Fetch(Match(prompts[i]), &out).status.ok());  // promoted: both tiers
+  }
+  for (size_t i = 9; i < 12; ++i) Commit(prompts[i]);  // DRAM, written back or not
+  // Pinned in DRAM: its SSD copy (never pinned) is not listed on its own,
+  // so an "unpinned" listing skips both: pages of the SSD tier hold fewer
+  // entries than they read.
+  for (size_t i = 0; i < 2; ++i) {
+    for (const ChainKey& k : Keys(prompts[i])) {
+      ASSERT_TRUE(store_->Pin(who_, k, StateKind::kGlobalKv, Seconds(600)).ok());
+    }
+  }
+  EntryFilter ssd_only, dram_only, older, unpinned;
+  ssd_only.tier = Tier::kSsd;
+  dram_only.tier = Tier::kDram;
+  older.older_than = 1;
+  unpinned.pinned = false;
+  clock_.Advance(1);
+  for (const EntryFilter& filter : {EntryFilter{}, ssd_only, dram_only, older, unpinned}) {
+    auto whole = store_->ListEntries(who_, filter, std::nullopt, kMaxBlocksPerCall);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    EXPECT_FALSE(whole->next.has_value());
+    for (uint32_t limit : {1u, 2u, 5u}) {
+      std::vector<EntryInfo> paged;
+      std::optional<EntryCursor> cursor;
+      for (int pages = 0;; ++pages) {
+        ASSERT_LT(pages, 100);
+        auto page = store_->ListEntries(who_, filter, cursor, limit);
+        ASSERT_TRUE(page.ok()) << page.status().ToString();
+        EXPECT_LE(page->entries.size(), limit);
+        paged.insert(paged.end(), page->entries.begin(), page->entries.end());
+        if (!page->next.has_value()) break;
+        cursor = page->next;
+      }
+      ASSERT_EQ(paged.size(), whole->entries.size()) << "limit " << limit;
+      for (size_t i = 0; i < paged.size(); ++i) {
+        EXPECT_EQ(paged[i].key, whole->entries[i].key) << "limit " << limit << " at " << i;
+        EXPECT_EQ(paged[i].tier, whole->entries[i].tier) << "limit " << limit << " at " << i;
+      }
+    }
+  }
+  auto all = store_->ListEntries(who_, {}, std::nullopt, kMaxBlocksPerCall);
+  ASSERT_EQ(all->entries.size(), 24u);
+  EXPECT_EQ(store_->ListEntries(who_, ssd_only, std::nullopt, kMaxBlocksPerCall)->entries.size(),
+            12u);
+  EXPECT_EQ(store_->ListEntries(who_, dram_only, std::nullopt, kMaxBlocksPerCall)->entries.size(),
+            12u);
+  EXPECT_EQ(store_->ListEntries(who_, unpinned, std::nullopt, kMaxBlocksPerCall)->entries.size(),
+            20u);
+}
+
+// A DRAM entry past its TTL but not swept yet: its SSD copy, which lives
+// longer, is what a listing shows and what an eviction by filter removes.
+TEST_F(SsdStoreTest, AnExpiredDramEntrysSsdCopyIsListedBeforeTheSweep) {
+  CacheStoreOptions o = Options();
+  o.global_kv_ttl = Seconds(60);
+  Open(o);
+  const std::vector<uint32_t> a = Tokens(2 * kTinyBlockTokens, 60);
+  Commit(a);
+  store_->FlushWriteBack();
+  clock_.Advance(Seconds(61));  // no maintenance runs (interval 0)
+  auto page = store_->ListEntries(who_, {}, std::nullopt, 100);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->entries.size(), 2u);
+  for (const EntryInfo& e : page->entries) EXPECT_EQ(e.tier, Tier::kSsd);
+  auto gone = store_->Evict(who_, EvictRequest{});
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_EQ(gone->evicted, 2u);
+  EXPECT_EQ(store_->Stats().ssd.entries, 0u);
+  ExpectInvariants();
+}
+
 // Listing and evicting by filter read the SSD tier before they take the
 // store's structure lock. `a` (3 blocks; a[0] already on SSD) is committed
 // with hit-once admission; during the next call's SSD read it is hit (so

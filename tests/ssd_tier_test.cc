@@ -83,6 +83,18 @@ uint64_t FreeBytes(const std::string& path) {
   return uint64_t{vfs.f_bavail} * vfs.f_frsize;
 }
 
+// Every entry of namespace `ns`, a few pages at a time.
+std::vector<std::pair<SsdKey, SsdEntryMeta>> ListAll(const SsdTier& tier, std::string_view ns) {
+  std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
+  std::optional<SsdListCursor> after;
+  for (;;) {
+    SsdListPage page = tier.List(ns, after, 3);
+    out.insert(out.end(), page.entries.begin(), page.entries.end());
+    if (!page.more) return out;
+    after = SsdListCursor{out.back().first.chain, out.back().first.kind};
+  }
+}
+
 SsdTierOptions Options(const std::string& dir, uint64_t capacity = 64 << 20) {
   SsdTierOptions o;
   o.dir = dir;
@@ -183,7 +195,7 @@ TEST(SsdTierTest, FindNamesEntriesByChainKeyWithoutTheirModelAndAfterRestart) {
   check(*tier);
   ASSERT_TRUE(tier->Erase(a).ok());
   EXPECT_TRUE(tier->Find(a.ns, a.chain, a.kind).empty());
-  // Past 64 models in a namespace it scans instead; the answer is the same.
+  // Many models: a lookup under each.
   SsdKey many = Key(7);
   many.ns = "tenant-many";
   for (uint8_t m = 0; m < 70; ++m) {
@@ -197,16 +209,85 @@ TEST(SsdTierTest, FindNamesEntriesByChainKeyWithoutTheirModelAndAfterRestart) {
   SsdKey short_ns = Key(8);
   short_ns.ns = "tenant";
   ASSERT_TRUE(tier->Write({short_ns, p, 14, 1}).ok());
-  auto listed = tier->List("tenant");
+  auto listed = ListAll(*tier, "tenant");
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0].first.chain, short_ns.chain);
   EXPECT_EQ(listed[0].first.ns, "tenant");
-  EXPECT_EQ(tier->List("tenant-many").size(), 70u);
-  EXPECT_EQ(tier->List(other_model.ns).size(), 1u);  // a was erased
-  EXPECT_TRUE(tier->List("tenan").empty());
+  EXPECT_EQ(ListAll(*tier, "tenant-many").size(), 70u);
+  EXPECT_EQ(ListAll(*tier, other_model.ns).size(), 1u);  // a was erased
+  EXPECT_TRUE(ListAll(*tier, "tenan").empty());
   clock.Advance(o.ttl + 1);
   EXPECT_TRUE(tier->Find(a.ns, other_model.chain, other_model.kind).empty());  // expired
   EXPECT_TRUE(tier->Find(many.ns, many.chain, many.kind).empty());
+}
+
+// Pages of a namespace's entries, in (chain key, kind, model) order: page
+// after page from each one's last entry, `limit` at a time, the models of
+// one (chain key, kind) never split, until a page says nothing follows.
+TEST(SsdTierTest, ListPagesCoverANamespaceInOrderWithoutSplittingAKeysModels) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path());
+  o.clock = &clock;
+  o.sync = false;
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(100, 16);
+  std::mt19937_64 rng(17);
+  std::vector<SsdKey> want;
+  for (uint64_t i = 0; i < 60; ++i) {
+    SsdKey k = Key(i * 3);  // namespace tenant-0
+    k.kind = rng() % 2 == 0 ? StateKind::kGlobalKv : StateKind::kSwaState;
+    // A few chain keys under several models (at most one in practice).
+    const int models = i % 10 == 0 ? 3 : 1;
+    for (int m = 0; m < models; ++m) {
+      k.model_id.bytes[0] = static_cast<uint8_t>(rng() % 4);
+      if (std::any_of(want.begin(), want.end(), [&](const SsdKey& w) {
+            return w.chain == k.chain && w.kind == k.kind && w.model_id == k.model_id;
+          })) {
+        continue;
+      }
+      ASSERT_TRUE(tier->Write({k, p, 1, 1}).ok());
+      want.push_back(k);
+    }
+  }
+  ASSERT_TRUE(tier->Write({Key(1), p, 1, 1}).ok());  // another namespace
+  SsdKey expired = Key(3000);
+  ASSERT_TRUE(tier->Write({expired, p, 1, 1}).ok());
+  clock.Advance(o.ttl - 1);
+  for (SsdKey& k : want) {
+    // Rewritten, so all but `expired` outlive the clock step below.
+    ASSERT_TRUE(tier->Erase(k).ok());
+    ASSERT_TRUE(tier->Write({k, p, 1, 1}).ok());
+  }
+  clock.Advance(2);  // `expired` is past its TTL, not yet swept
+  auto order = [](const SsdKey& k) { return std::tie(k.chain.bytes, k.kind, k.model_id.bytes); };
+  std::sort(want.begin(), want.end(),
+            [&](const SsdKey& a, const SsdKey& b) { return order(a) < order(b); });
+  for (size_t limit : {1, 2, 5, 64, 1000}) {
+    std::vector<SsdKey> got;
+    std::optional<SsdListCursor> after;
+    for (int pages = 0;; ++pages) {
+      ASSERT_LT(pages, 100) << "limit " << limit;
+      const SsdListPage page = tier->List("tenant-0", after, limit);
+      for (const auto& [key, meta] : page.entries) {
+        EXPECT_EQ(key.ns, "tenant-0");
+        got.push_back(key);
+      }
+      if (!page.more) break;
+      ASSERT_FALSE(page.entries.empty());
+      const SsdKey& last = page.entries.back().first;
+      // Never more than `limit`, except to finish the last key's models.
+      if (page.entries.size() > limit) {
+        const SsdKey& first_extra = page.entries[limit - 1].first;
+        EXPECT_EQ(first_extra.chain, last.chain);
+      }
+      after = SsdListCursor{last.chain, last.kind};
+    }
+    ASSERT_EQ(got.size(), want.size()) << "limit " << limit;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(order(got[i]), order(want[i])) << "limit " << limit << " at " << i;
+    }
+  }
 }
 
 TEST(SsdTierTest, AlignedSourcesAreWrittenInPlace) {

@@ -1928,30 +1928,69 @@ Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKi
 
 namespace {
 
+// Admin pages follow (chain key, kind) order.
+bool CursorLess(const ChainKey& a_key, StateKind a_kind, const ChainKey& b_key, StateKind b_kind) {
+  const int c = std::memcmp(a_key.bytes.data(), b_key.bytes.data(), a_key.bytes.size());
+  return c != 0 ? c < 0 : a_kind < b_kind;
+}
+
+// An SSD copy as admin calls show it: times become the store clock's, as
+// DRAM entries' are.
+EntryInfo DescribeSsdCopy(const SsdKey& key, const SsdEntryMeta& meta, Nanos now, Nanos shift) {
+  EntryInfo info;
+  info.key = key.chain;
+  info.kind = key.kind;
+  info.ns = key.ns;
+  info.model_id = key.model_id;
+  info.layout_id = meta.layout_id;
+  info.payload_bytes = meta.payload_bytes;
+  info.checksum = meta.entry_checksum;
+  info.tier = Tier::kSsd;
+  info.commit_time = std::min(meta.commit_time + shift, now);  // the wall clock may step
+  info.expiry = meta.expiry + shift;
+  return info;
+}
+
 // The SSD copies of one entry (any model): what admin calls act on when the
-// entry is not in DRAM. Times become the store clock's, as DRAM entries'.
+// entry is not in DRAM.
 std::vector<EntryInfo> SsdCopies(const SsdTier* ssd, const Clock& clock, const std::string& ns,
-                                 const std::optional<EntryCursor>& only) {
+                                 const EntryCursor& only) {
   std::vector<EntryInfo> out;
   if (ssd == nullptr) return out;
   const Nanos now = clock.Now();
   const Nanos shift = now - ssd->Now();
-  for (const auto& [key, meta] :
-       only.has_value() ? ssd->Find(ns, only->key, only->kind) : ssd->List(ns)) {
-    EntryInfo info;
-    info.key = key.chain;
-    info.kind = key.kind;
-    info.ns = ns;
-    info.model_id = key.model_id;
-    info.layout_id = meta.layout_id;
-    info.payload_bytes = meta.payload_bytes;
-    info.checksum = meta.entry_checksum;
-    info.tier = Tier::kSsd;
-    info.commit_time = std::min(meta.commit_time + shift, now);  // the wall clock may step
-    info.expiry = meta.expiry + shift;
-    out.push_back(std::move(info));
+  for (const auto& [key, meta] : ssd->Find(ns, only.key, only.kind)) {
+    out.push_back(DescribeSsdCopy(key, meta, now, shift));
   }
   return out;
+}
+
+// The SSD copies of namespace `ns` past `after` in (key, kind) order: every
+// one (`limit` 0), read a page at a time so the tier's lock is never held
+// for long, or one page of about `limit`. A page that may not be the last
+// sets `*bound` to its last (key, kind): copies past it were not read.
+std::vector<EntryInfo> SsdCopiesPast(const SsdTier* ssd, const Clock& clock, const std::string& ns,
+                                     std::optional<EntryCursor> after, size_t limit,
+                                     std::optional<EntryCursor>* bound) {
+  constexpr size_t kPage = 1024;
+  std::vector<EntryInfo> out;
+  bound->reset();
+  if (ssd == nullptr) return out;
+  const Nanos now = clock.Now();
+  const Nanos shift = now - ssd->Now();
+  for (;;) {
+    std::optional<SsdListCursor> from;
+    if (after.has_value()) from = SsdListCursor{after->key, after->kind};
+    const SsdListPage page = ssd->List(ns, from, limit == 0 ? kPage : limit);
+    for (const auto& [key, meta] : page.entries)
+      out.push_back(DescribeSsdCopy(key, meta, now, shift));
+    if (!page.more || page.entries.empty()) return out;
+    after = EntryCursor{page.entries.back().first.chain, page.entries.back().first.kind};
+    if (limit != 0) {
+      *bound = after;
+      return out;
+    }
+  }
 }
 
 Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
@@ -1964,17 +2003,27 @@ Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
 }
 
 // The SSD-only copies in namespace `ns` (id `ns_id`) that `wanted` accepts,
-// for an admin call that goes on to a DRAM pass under structure_mu. Reads
+// for an admin call that goes on to a DRAM pass under structure_mu: every
+// one past `after`, or with a `limit`, those of one page of about that many
+// (`*bound` as in SsdCopiesPast; copies past it are left out). Reads
 // the tier without the lock, then takes it through `lock` (held on return)
 // and adds the copies of entries that left DRAM meanwhile, which the read
 // may have missed (Impl::demoted): looked up without the lock for a few
 // rounds while more arrive, then under it. Copies of committed DRAM
 // entries are left out: the DRAM pass accounts for them. Reads nothing
 // (and only locks) without an SSD tier or when `tier` excludes it.
+// What a DRAM entry past its TTL, not swept yet, is to the caller's DRAM
+// pass: gone (a listing skips it; its SSD copy, kept longer, stands for
+// it), or still there (an eviction removes it with its SSD copy).
+enum class ExpiredDram { kGone, kThere };
+
 template <typename ImplT, typename Pred>
 std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id,
-                                       const std::optional<Tier>& tier, Pred wanted,
-                                       std::unique_lock<std::mutex>& lock) {
+                                       const std::optional<Tier>& tier,
+                                       const std::optional<EntryCursor>& after, size_t limit,
+                                       std::optional<EntryCursor>* bound, ExpiredDram expired_dram,
+                                       Pred wanted, std::unique_lock<std::mutex>& lock) {
+  bound->reset();
   if (s.ssd == nullptr || (tier.has_value() && *tier != Tier::kSsd)) {
     lock.lock();
     return {};
@@ -1999,7 +2048,7 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
     }
   } end{s, from, lock};
 
-  std::vector<EntryInfo> copies = SsdCopies(s.ssd.get(), *s.clock, ns, std::nullopt);
+  std::vector<EntryInfo> copies = SsdCopiesPast(s.ssd.get(), *s.clock, ns, after, limit, bound);
   if (s.after_ssd_scan) s.after_ssd_scan();
   std::unordered_set<EntryKey, EntryKeyHash> looked_up;
   lock.lock();
@@ -2016,6 +2065,9 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
     const bool unlocked = round < kUnlockedRounds;
     if (unlocked) lock.unlock();
     for (const EntryKey& k : fresh) {
+      if (bound->has_value() && CursorLess((*bound)->key, (*bound)->kind, k.chain, k.kind)) {
+        continue;  // past the page read
+      }
       for (EntryInfo& c : SsdCopies(s.ssd.get(), *s.clock, ns, EntryCursor{k.chain, k.kind})) {
         copies.push_back(std::move(c));
       }
@@ -2031,13 +2083,15 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
                            [&](const EntryInfo& a, const EntryInfo& b) { return id(a) == id(b); }),
                copies.end());
   std::vector<EntryInfo> out;
+  const Nanos now = s.clock->Now();
   for (EntryInfo& c : copies) {
     if (!wanted(c)) continue;
     const EntryKey k{ns_id, c.kind, c.key};
     auto& shard = s.ShardFor(k);
     std::shared_lock slock(shard.mu);
     auto it = shard.map.find(k);
-    if (it == shard.map.end() || it->second->state.load() != EntryState::kCommitted) {
+    if (it == shard.map.end() || it->second->state.load() != EntryState::kCommitted ||
+        (expired_dram == ExpiredDram::kGone && it->second->expiry <= now)) {
       out.push_back(std::move(c));
     }
   }
@@ -2240,10 +2294,6 @@ bool MatchesSsdCopy(const EntryFilter& f, const EntryInfo& c, Nanos now) {
   if (f.pinned.has_value() && *f.pinned) return false;
   return !f.tier.has_value() || *f.tier == Tier::kSsd;
 }
-bool CursorLess(const ChainKey& a_key, StateKind a_kind, const ChainKey& b_key, StateKind b_kind) {
-  const int c = std::memcmp(a_key.bytes.data(), b_key.bytes.data(), a_key.bytes.size());
-  return c != 0 ? c < 0 : a_kind < b_kind;
-}
 }  // namespace
 
 Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFilter& filter,
@@ -2262,8 +2312,11 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   // SSD-only entries join the page in the same (key, kind) order;
   // DRAM-resident copies are listed once, as their DRAM entry.
   std::unique_lock lock(s.structure_mu, std::defer_lock);
+  // One page of the SSD tier, up to `bound` when more may follow: the DRAM
+  // entries past it wait for a later page too.
+  std::optional<EntryCursor> bound;
   std::vector<EntryInfo> ssd_only = ScanSsdThenLock(
-      s, caller.ns, *ns, filter.tier,
+      s, caller.ns, *ns, filter.tier, after, limit + 1, &bound, ExpiredDram::kGone,
       [&](const EntryInfo& c) {
         if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) {
           return false;
@@ -2282,6 +2335,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
     for (const auto& [k, e] : s.shards[i].map) {
       if (k.ns != *ns || e->state.load() != EntryState::kCommitted || e->expiry <= now) continue;
       if (after.has_value() && !CursorLess(after->key, after->kind, k.chain, k.kind)) continue;
+      if (bound.has_value() && CursorLess(bound->key, bound->kind, k.chain, k.kind)) continue;
       if (!Matches(filter, *e, now)) continue;
       if (heap.size() <= limit) {
         heap.push_back(e);
@@ -2302,10 +2356,18 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
     return CursorLess(a.key, a.kind, b.key, b.kind);
   };
   std::sort(merged.begin(), merged.end(), info_less);
-  const bool more = merged.size() > limit;
-  if (more) merged.resize(limit);
+  // Cut after `limit`, but not between two models' copies of one (key,
+  // kind): the cursor names no model.
+  size_t cut = std::min<size_t>(limit, merged.size());
+  while (cut > 0 && cut < merged.size() && !info_less(merged[cut - 1], merged[cut])) ++cut;
+  const bool more = cut < merged.size();
+  merged.resize(cut);
   page.entries = std::move(merged);
-  if (more) page.next = EntryCursor{page.entries.back().key, page.entries.back().kind};
+  if (more) {
+    page.next = EntryCursor{page.entries.back().key, page.entries.back().kind};
+  } else if (bound.has_value()) {
+    page.next = bound;  // everything up to it is on this page
+  }
   return page;
 }
 
@@ -2337,8 +2399,9 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   if (req.root.has_value()) {
     lock.lock();
   } else {
+    std::optional<EntryCursor> bound;  // stays empty: every copy is read
     ssd_only = ScanSsdThenLock(
-        s, caller.ns, *ns, req.filter.tier,
+        s, caller.ns, *ns, req.filter.tier, std::nullopt, 0, &bound, ExpiredDram::kThere,
         [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); }, lock);
   }
 
@@ -2352,7 +2415,7 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (e == nullptr) {
       slock.unlock();
       lock.unlock();
-      ssd_only = SsdCopies(s.ssd.get(), *s.clock, caller.ns, req.root);
+      ssd_only = SsdCopies(s.ssd.get(), *s.clock, caller.ns, *req.root);
       if (ssd_only.empty()) {
         return NotFound("no " + std::string(StateKindName(k.kind)) + " entry " + k.chain.ToHex());
       }

@@ -99,6 +99,12 @@ struct SsdKey {
   StateKind kind = StateKind::kGlobalKv;
 };
 
+// Where an SsdTier::List page starts: just past this chain key and kind.
+struct SsdListCursor {
+  ChainKey chain;
+  StateKind kind = StateKind::kGlobalKv;
+};
+
 // What the index records about one entry.
 struct SsdEntryMeta {
   uint32_t file = 0;
@@ -112,6 +118,11 @@ struct SsdEntryMeta {
   Nanos commit_time = 0;  // tier clock
   Nanos expiry = 0;
   Nanos last_access = 0;  // coarse
+};
+
+struct SsdListPage {
+  std::vector<std::pair<SsdKey, SsdEntryMeta>> entries;
+  bool more = false;  // entries may follow: List again from the last one
 };
 
 // What SsdTier::Touch records.
@@ -190,9 +201,16 @@ class SsdTier {
   // yet: it is retried when the index recovers (and at close), and until it
   // is durable, erasing the key again also returns UNAVAILABLE.
   Status Erase(const SsdKey& key);
-  // Every unexpired entry of namespace `ns`, for admin calls (a scan of the
-  // in-memory index; no I/O). Times are on the tier's clock, see Now().
-  std::vector<std::pair<SsdKey, SsdEntryMeta>> List(std::string_view ns) const;
+  // A page of namespace `ns`'s unexpired entries for admin calls, in
+  // (chain key, kind, model) order, from just past (`after_chain`,
+  // `after_kind`) (the start without them): at most `limit`, unless the
+  // last (chain key, kind) has entries under several models, which are all
+  // on the page, so a cursor without a model never splits them. `more`:
+  // entries may follow the last one. No I/O, and no scan of the tier: the
+  // in-memory index is ordered, so a page costs O(models x (log entries +
+  // limit)) under the tier's lock. Times are on the tier's clock, see Now().
+  SsdListPage List(std::string_view ns, const std::optional<SsdListCursor>& after,
+                   size_t limit) const;
   // The unexpired entries of `ns` under this chain key and kind, whatever
   // their model (admin calls name no model; a chain key is derived from one,
   // so there is at most one in practice). Index lookups, one per model the

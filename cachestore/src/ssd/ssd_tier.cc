@@ -53,10 +53,6 @@ class WallClock final : public Clock {
 
 const WallClock kWallClock;
 
-// Above this many models in a namespace, Find scans instead of looking up
-// the chain key under each.
-constexpr size_t kMaxModelLookups = 64;
-
 bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kSsdBlockBytes == 0; }
 
 std::string Errno(int err) { return std::strerror(err); }
@@ -127,7 +123,9 @@ struct SsdTier::Impl {
   std::vector<UringRing*> idle_rings;
 
   mutable std::mutex mu;
-  std::unordered_map<std::string, RecordPtr> records;  // encoded key -> record
+  // Encoded key -> record. Ordered: a namespace's entries under one model
+  // are a range in chain key order, which is how admin pages are read.
+  std::map<std::string, RecordPtr, std::less<>> records;
   // Every record in `records`, ranked for eviction (see EvictionQueues),
   // and by expiry; the bytes of shadow copies among them. Under `mu`.
   static constexpr size_t kShadowQueue = HoldTimeModel::kClasses;
@@ -1284,44 +1282,72 @@ Status SsdTier::Erase(const SsdKey& key) {
                               : Status::Ok();
 }
 
-std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::List(std::string_view ns) const {
-  std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
-  const Nanos now = impl_->clock->Now();
-  // Other namespaces' entries are skipped by their first bytes, not decoded.
-  const std::string prefix = EncodeSsdKeyPrefix(ns);
-  std::lock_guard lock(impl_->mu);
-  impl_->ApplyTouchesLocked();
-  for (const auto& [k, record] : impl_->records) {
-    if (record->meta.expiry <= now || !k.starts_with(prefix)) continue;
-    std::optional<SsdKey> key = DecodeSsdKey(k);
-    if (key.has_value()) out.emplace_back(std::move(*key), record->meta);
+SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor>& after,
+                          size_t limit) const {
+  SsdListPage page;
+  if (limit == 0) return page;
+  const Impl& s = *impl_;
+  const Nanos now = s.clock->Now();
+  using Listed = std::pair<SsdKey, SsdEntryMeta>;
+  std::vector<Listed> found;
+  {
+    std::lock_guard lock(s.mu);
+    auto models = s.models.find(ns);
+    if (models == s.models.end()) return page;
+    // The first `limit` of each model's range past the cursor: the page is
+    // among them.
+    for (const ModelId& model : models->second) {
+      SsdKey from{std::string(ns), model, after.has_value() ? after->chain : ChainKey{},
+                  after.has_value() ? after->kind : StateKind{}};
+      const std::string start = EncodeSsdKey(from);
+      const std::string_view range(start.data(), start.size() - ChainKey{}.bytes.size() - 1);
+      auto it = after.has_value() ? s.records.upper_bound(start) : s.records.lower_bound(start);
+      size_t taken = 0;
+      for (; it != s.records.end() && it->first.starts_with(range); ++it) {
+        if (it->second->meta.expiry <= now) continue;
+        if (taken == limit) {
+          page.more = true;
+          break;
+        }
+        std::optional<SsdKey> key = DecodeSsdKey(it->first);
+        if (!key.has_value()) continue;
+        found.emplace_back(std::move(*key), it->second->meta);
+        ++taken;
+      }
+    }
   }
-  return out;
+  auto order = [](const SsdKey& k) { return std::tie(k.chain.bytes, k.kind, k.model_id.bytes); };
+  std::sort(found.begin(), found.end(),
+            [&](const Listed& a, const Listed& b) { return order(a.first) < order(b.first); });
+  // Cut after `limit`, but not inside one (chain key, kind): every model's
+  // entry for it is in `found` (each model had fewer than `limit` before it).
+  size_t cut = std::min(limit, found.size());
+  auto same_group = [](const SsdKey& a, const SsdKey& b) {
+    return a.chain == b.chain && a.kind == b.kind;
+  };
+  while (cut > 0 && cut < found.size() && same_group(found[cut - 1].first, found[cut].first)) {
+    ++cut;
+  }
+  if (cut < found.size()) page.more = true;
+  found.resize(cut);
+  page.entries = std::move(found);
+  return page;
 }
 
 std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::Find(std::string_view ns,
                                                            const ChainKey& chain,
                                                            StateKind kind) const {
   std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
-  {
-    const Nanos now = impl_->clock->Now();
-    std::lock_guard lock(impl_->mu);
-    auto models = impl_->models.find(ns);
-    if (models == impl_->models.end()) return out;
-    if (models->second.size() <= kMaxModelLookups) {
-      impl_->ApplyTouchesLocked();
-      for (const ModelId& model : models->second) {
-        SsdKey key{std::string(ns), model, chain, kind};
-        auto it = impl_->records.find(EncodeSsdKey(key));
-        if (it == impl_->records.end() || it->second->meta.expiry <= now) continue;
-        out.emplace_back(std::move(key), it->second->meta);
-      }
-      return out;
-    }
-  }
-  // So many models that a scan is cheaper than a lookup for each.
-  for (auto& [key, meta] : List(ns)) {
-    if (key.chain == chain && key.kind == kind) out.emplace_back(std::move(key), meta);
+  const Nanos now = impl_->clock->Now();
+  std::lock_guard lock(impl_->mu);
+  auto models = impl_->models.find(ns);
+  if (models == impl_->models.end()) return out;
+  impl_->ApplyTouchesLocked();
+  for (const ModelId& model : models->second) {
+    SsdKey key{std::string(ns), model, chain, kind};
+    auto it = impl_->records.find(EncodeSsdKey(key));
+    if (it == impl_->records.end() || it->second->meta.expiry <= now) continue;
+    out.emplace_back(std::move(key), it->second->meta);
   }
   return out;
 }
