@@ -83,6 +83,25 @@ uint64_t FreeBytes(const std::string& path) {
   return uint64_t{vfs.f_bavail} * vfs.f_frsize;
 }
 
+SsdTierOptions Options(const std::string& dir, uint64_t capacity = 64 << 20) {
+  SsdTierOptions o;
+  o.dir = dir;
+  o.capacity_bytes = capacity;
+  o.queue_depth = 8;
+  o.rings = 2;
+  o.io_buffer_bytes = 64 << 10;  // small, so large payloads span several I/Os
+  return o;
+}
+
+// A tier of eight 4 KiB entries on `clock` that evicts on demand.
+SsdTierOptions EightOnDemand(const std::string& dir, ManualClock& clock, const char* policy) {
+  SsdTierOptions o = Options(dir, 8 * kSsdBlockBytes);
+  o.clock = &clock;
+  o.high_watermark = o.low_watermark = 1.0;
+  o.eviction_policy = policy;
+  return o;
+}
+
 // Every entry of namespace `ns`, a few pages at a time.
 std::vector<std::pair<SsdKey, SsdEntryMeta>> ListAll(const SsdTier& tier, std::string_view ns) {
   std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
@@ -93,16 +112,6 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> ListAll(const SsdTier& tier, std::s
     if (!page.more) return out;
     after = SsdListCursor{out.back().first.chain, out.back().first.kind};
   }
-}
-
-SsdTierOptions Options(const std::string& dir, uint64_t capacity = 64 << 20) {
-  SsdTierOptions o;
-  o.dir = dir;
-  o.capacity_bytes = capacity;
-  o.queue_depth = 8;
-  o.rings = 2;
-  o.io_buffer_bytes = 64 << 10;  // small, so large payloads span several I/Os
-  return o;
 }
 
 TEST(SsdTierTest, RandomPayloadsRoundTripAndSurviveRestart) {
@@ -641,11 +650,7 @@ TEST(SsdTierTest, EqualTimesEvictAChainsTailBeforeItsAncestors) {
   for (const char* policy : {"lru", "deadline"}) {
     TempDir dir;
     ManualClock clock;
-    SsdTierOptions o = Options(dir.path(), 8 * kSsdBlockBytes);
-    o.clock = &clock;
-    o.high_watermark = o.low_watermark = 1.0;
-    o.eviction_policy = policy;
-    auto tier = SsdTier::Open(o).value();
+    auto tier = SsdTier::Open(EightOnDemand(dir.path(), clock, policy)).value();
     const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 13);
     std::vector<SsdWrite> chain;
     for (uint64_t i = 0; i < 8; ++i) chain.push_back({Key(100 + i), p, 1, 1});
@@ -664,10 +669,7 @@ TEST(SsdTierTest, EqualTimesEvictAChainsTailBeforeItsAncestors) {
 TEST(SsdTierTest, AReadKeepsTheEntryItRead) {
   TempDir dir;
   ManualClock clock;
-  SsdTierOptions o = Options(dir.path(), 8 * kSsdBlockBytes);
-  o.clock = &clock;
-  o.high_watermark = o.low_watermark = 1.0;
-  auto tier = SsdTier::Open(o).value();
+  auto tier = SsdTier::Open(EightOnDemand(dir.path(), clock, "lru")).value();
   const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 14);
   for (uint64_t i = 0; i < 8; ++i) {
     ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
@@ -794,10 +796,7 @@ TEST(SsdTierTest, DeadlinePolicyHoldsReturningBlocksPastLruReach) {
 TEST(SsdTierTest, DeadlinePolicyEvictsRestoredEntriesOldestFirst) {
   TempDir dir;
   ManualClock clock;
-  SsdTierOptions o = Options(dir.path(), 8 * kSsdBlockBytes);
-  o.clock = &clock;
-  o.high_watermark = o.low_watermark = 1.0;
-  o.eviction_policy = "deadline";
+  const SsdTierOptions o = EightOnDemand(dir.path(), clock, "deadline");
   const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 12);
   {
     auto tier = SsdTier::Open(o).value();

@@ -194,8 +194,8 @@ class SsdTier {
   bool Contains(const SsdKey& key) const { return Lookup(key).has_value(); }
   // Records a use or a renewal (for eviction order) without reading.
   // `earlier_uses`: how often the tier above used the block (a hint for the
-  // deadline policy's class). Never waits for an eviction scan: queued,
-  // applied before the next one.
+  // deadline policy's class). Never waits for the tier's lock: queued,
+  // applied before the eviction order is next read.
   void Touch(const SsdKey& key, SsdTouch what = SsdTouch::kUse, uint32_t earlier_uses = 0);
   // Out of memory at once. UNAVAILABLE if the index cannot record the delete
   // yet: it is retried when the index recovers (and at close), and until it

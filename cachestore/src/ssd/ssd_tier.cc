@@ -137,8 +137,8 @@ struct SsdTier::Impl {
   std::map<std::string, std::set<ModelId>, std::less<>> models;
   // Uses and renewals recorded by Touch, applied under `mu` before the
   // eviction order is read: Touch runs on the DRAM tier's hot paths (under
-  // its locks) and must not wait for `mu`, which an eviction scan holds for
-  // a while.
+  // its locks) and must not wait for `mu`, which an SSD batch's bookkeeping
+  // or an eviction holds.
   struct QueuedTouch {
     std::string key;
     Nanos at = 0;
