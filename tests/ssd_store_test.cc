@@ -652,21 +652,23 @@ TEST_F(SsdStoreTest, ListPagesOverBothTiersEqualOneBigPage) {
       ASSERT_TRUE(store_->Pin(who_, k, StateKind::kGlobalKv, Seconds(600)).ok());
     }
   }
-  EntryFilter ssd_only, dram_only, older, unpinned;
+  EntryFilter ssd_only, dram_only, older, unpinned, pinned;
   ssd_only.tier = Tier::kSsd;
   dram_only.tier = Tier::kDram;
   older.older_than = 1;
   unpinned.pinned = false;
+  pinned.pinned = true;
   clock_.Advance(1);
-  for (const EntryFilter& filter : {EntryFilter{}, ssd_only, dram_only, older, unpinned}) {
+  for (const EntryFilter& filter : {EntryFilter{}, ssd_only, dram_only, older, unpinned, pinned}) {
     auto whole = store_->ListEntries(who_, filter, std::nullopt, kMaxBlocksPerCall);
     ASSERT_TRUE(whole.ok()) << whole.status().ToString();
     EXPECT_FALSE(whole->next.has_value());
     for (uint32_t limit : {1u, 2u, 5u}) {
       std::vector<EntryInfo> paged;
       std::optional<EntryCursor> cursor;
-      for (int pages = 0;; ++pages) {
-        ASSERT_LT(pages, 100);
+      size_t pages_read = 0;
+      for (;; ++pages_read) {
+        ASSERT_LT(pages_read, 100u);
         auto page = store_->ListEntries(who_, filter, cursor, limit);
         ASSERT_TRUE(page.ok()) << page.status().ToString();
         EXPECT_LE(page->entries.size(), limit);
@@ -675,6 +677,10 @@ TEST_F(SsdStoreTest, ListPagesOverBothTiersEqualOneBigPage) {
         cursor = page->next;
       }
       ASSERT_EQ(paged.size(), whole->entries.size()) << "limit " << limit;
+      if (filter.pinned == std::optional<bool>(true) && limit == 1) {
+        // No SSD copy is ever pinned: the tier is not paged through.
+        EXPECT_EQ(pages_read + 1, paged.size());  // one entry per page, the last page too
+      }
       for (size_t i = 0; i < paged.size(); ++i) {
         EXPECT_EQ(paged[i].key, whole->entries[i].key) << "limit " << limit << " at " << i;
         EXPECT_EQ(paged[i].tier, whole->entries[i].tier) << "limit " << limit << " at " << i;
@@ -689,6 +695,7 @@ TEST_F(SsdStoreTest, ListPagesOverBothTiersEqualOneBigPage) {
             12u);
   EXPECT_EQ(store_->ListEntries(who_, unpinned, std::nullopt, kMaxBlocksPerCall)->entries.size(),
             20u);
+  EXPECT_EQ(store_->ListEntries(who_, pinned, std::nullopt, kMaxBlocksPerCall)->entries.size(), 4u);
 }
 
 // A DRAM entry past its TTL but not swept yet: its SSD copy, which lives

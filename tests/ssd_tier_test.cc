@@ -983,7 +983,7 @@ TEST(SsdTierTest, AFailedPutOverAnExpiredEntryIsDeletedNotResurrected) {
   // No maintenance runs: the expired entry is still in memory at the put.
   CheckAFailedRewriteStaysDeleted(o, clock, [](SsdTier& tier, auto v2, std::atomic<bool>& fail) {
     fail = true;
-    const Status put = tier.Write({Key(1), v2, 1, 1});
+    Status put = tier.Write({Key(1), v2, 1, 1});
     fail = false;
     return put;
   });
@@ -1012,7 +1012,7 @@ TEST(SsdTierTest, AFailedEvictionDoesNotShieldAFailedPutFromItsDelete) {
     std::thread maintenance([&] { tier.RunMaintenance(); });
     retired.get_future().wait();
     fail = true;
-    const Status put = tier.Write({Key(1), v2, 1, 1});
+    Status put = tier.Write({Key(1), v2, 1, 1});
     fail = false;
     put_done.set_value();
     maintenance.join();

@@ -174,7 +174,7 @@ struct CacheStore::Impl {
   };
   std::mutex promo_mu;
   std::unordered_map<EntryKey, std::shared_ptr<Promotion>, EntryKeyHash> promotions;  // promo_mu
-  // Admin calls that read the whole SSD tier (list, evict by filter) do so
+  // Admin calls that read the SSD tier (a list page, evict by filter) do so
   // before they take structure_mu: a scan under it would stall every
   // commit meanwhile. An entry written back after the scan read the tier
   // and dropped from DRAM (evicted, expired, corrupt) before the call's
@@ -916,8 +916,8 @@ struct CacheStore::Impl {
     return report;
   }
 
-  // The SSD pass scans its whole index: every 10th background run (about a
-  // second), every explicit one.
+  // The SSD pass (TTL expiry in expiry order, eviction to the watermarks):
+  // every 10th background run (about a second), every explicit one.
   void MaybeRunSsdMaintenance(bool background) {
     if (ssd == nullptr) return;
     {
@@ -2011,20 +2011,23 @@ Status EraseSsdCopies(SsdTier* ssd, const std::vector<EntryInfo>& copies) {
 // may have missed (Impl::demoted): looked up without the lock for a few
 // rounds while more arrive, then under it. Copies of committed DRAM
 // entries are left out: the DRAM pass accounts for them. Reads nothing
-// (and only locks) without an SSD tier or when `tier` excludes it.
-// What a DRAM entry past its TTL, not swept yet, is to the caller's DRAM
-// pass: gone (a listing skips it; its SSD copy, kept longer, stands for
-// it), or still there (an eviction removes it with its SSD copy).
-enum class ExpiredDram { kGone, kThere };
+// (and only locks) without an SSD tier or when `read_ssd` is false (the
+// filter accepts no SSD copy). `now` is the caller's DRAM pass's: with
+// ExpiredDram::kGone, a DRAM entry expired by then leaves its copy in.
+enum class ExpiredDram {
+  kGone,   // a listing: an expired DRAM entry, not swept yet, is not shown;
+           // its SSD copy, kept longer, stands for it
+  kThere,  // an eviction: its DRAM pass removes it and its SSD copy
+};
 
 template <typename ImplT, typename Pred>
 std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id,
-                                       const std::optional<Tier>& tier,
+                                       bool read_ssd, Nanos now,
                                        const std::optional<EntryCursor>& after, size_t limit,
                                        std::optional<EntryCursor>* bound, ExpiredDram expired_dram,
                                        Pred wanted, std::unique_lock<std::mutex>& lock) {
   bound->reset();
-  if (s.ssd == nullptr || (tier.has_value() && *tier != Tier::kSsd)) {
+  if (s.ssd == nullptr || !read_ssd) {
     lock.lock();
     return {};
   }
@@ -2083,7 +2086,6 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
                            [&](const EntryInfo& a, const EntryInfo& b) { return id(a) == id(b); }),
                copies.end());
   std::vector<EntryInfo> out;
-  const Nanos now = s.clock->Now();
   for (EntryInfo& c : copies) {
     if (!wanted(c)) continue;
     const EntryKey k{ns_id, c.kind, c.key};
@@ -2294,6 +2296,11 @@ bool MatchesSsdCopy(const EntryFilter& f, const EntryInfo& c, Nanos now) {
   if (f.pinned.has_value() && *f.pinned) return false;
   return !f.tier.has_value() || *f.tier == Tier::kSsd;
 }
+// Whether MatchesSsdCopy can accept any copy: if not, the SSD tier is not
+// read at all (a listing of pinned entries would otherwise page through it).
+bool SsdCopiesCanMatch(const EntryFilter& f) {
+  return !(f.pinned.has_value() && *f.pinned) && (!f.tier.has_value() || *f.tier == Tier::kSsd);
+}
 }  // namespace
 
 Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFilter& filter,
@@ -2316,7 +2323,8 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   // entries past it wait for a later page too.
   std::optional<EntryCursor> bound;
   std::vector<EntryInfo> ssd_only = ScanSsdThenLock(
-      s, caller.ns, *ns, filter.tier, after, limit + 1, &bound, ExpiredDram::kGone,
+      s, caller.ns, *ns, SsdCopiesCanMatch(filter), now, after, limit + 1, &bound,
+      ExpiredDram::kGone,
       [&](const EntryInfo& c) {
         if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) {
           return false;
@@ -2401,8 +2409,9 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   } else {
     std::optional<EntryCursor> bound;  // stays empty: every copy is read
     ssd_only = ScanSsdThenLock(
-        s, caller.ns, *ns, req.filter.tier, std::nullopt, 0, &bound, ExpiredDram::kThere,
-        [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); }, lock);
+        s, caller.ns, *ns, SsdCopiesCanMatch(req.filter), now, std::nullopt, 0, &bound,
+        ExpiredDram::kThere, [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); },
+        lock);
   }
 
   // 1. The roots: one named entry, or every unpinned entry the filter picks.

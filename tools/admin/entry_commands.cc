@@ -137,7 +137,9 @@ int RunLs(Context& ctx, const LsOptions& o) {
   std::vector<Row> rows;
   std::string next;
   while (node < ctx.clients.size()) {
-    const size_t want = o.all ? kMaxBlocksPerCall : o.page_size - rows.size();
+    // A page can hold a few more than asked (one key's models are never split).
+    const size_t want =
+        o.all ? kMaxBlocksPerCall : o.page_size - std::min<size_t>(rows.size(), o.page_size);
     if (want == 0) {
       next = PageToken(node, token);
       break;

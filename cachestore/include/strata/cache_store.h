@@ -202,7 +202,10 @@ class CacheStore {
   Result<EntryInfo> Inspect(const Principal& caller, const ChainKey& key, StateKind kind);
   Status RegisterLayout(const Layout& layout);
 
-  // Admin listing and eviction by filter (role admin).
+  // Admin listing and eviction by filter (role admin). A page holds about
+  // `limit` entries: fewer, even none, while `next` is set (it stops where
+  // its read of the SSD tier did), or more when copies of one (key, kind)
+  // under several models would be split. Read on until `next` is absent.
   Result<EntryPage> ListEntries(const Principal& caller, const EntryFilter& filter,
                                 const std::optional<EntryCursor>& after, uint32_t limit);
   Result<EvictReport> Evict(const Principal& caller, const EvictRequest& request);

@@ -202,13 +202,15 @@ class SsdTier {
   // is durable, erasing the key again also returns UNAVAILABLE.
   Status Erase(const SsdKey& key);
   // A page of namespace `ns`'s unexpired entries for admin calls, in
-  // (chain key, kind, model) order, from just past (`after_chain`,
-  // `after_kind`) (the start without them): at most `limit`, unless the
-  // last (chain key, kind) has entries under several models, which are all
-  // on the page, so a cursor without a model never splits them. `more`:
-  // entries may follow the last one. No I/O, and no scan of the tier: the
-  // in-memory index is ordered, so a page costs O(models x (log entries +
-  // limit)) under the tier's lock. Times are on the tier's clock, see Now().
+  // (chain key, kind, model) order, from just past `after` (the start
+  // without it): at most `limit`, unless the last (chain key, kind) has
+  // entries under several models, which are all on the page, so a cursor
+  // without a model never splits them. `more`: entries may follow the last
+  // one. No I/O, and no scan of the tier: the in-memory index is ordered,
+  // so a page is a merge of one range per model the namespace stored,
+  // O(models x (log entries + limit)) under the tier's lock, plus any
+  // expired entries not swept yet that it steps over. Times are on the
+  // tier's clock, see Now().
   SsdListPage List(std::string_view ns, const std::optional<SsdListCursor>& after,
                    size_t limit) const;
   // The unexpired entries of `ns` under this chain key and kind, whatever

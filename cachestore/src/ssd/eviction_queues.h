@@ -7,8 +7,9 @@
 // tick; offset: the class's holding time, which moves every entry of the
 // class at once and is why a queue per class is enough).
 //
-// Finding victims is then O(victims x queues) instead of a sort of the
-// whole tier under its lock. Not thread-safe: SsdTier guards it.
+// Finding victims is then O(victims x queues) (plus entries being read,
+// which are stepped over) instead of a sort of the whole tier under its
+// lock. Not thread-safe: SsdTier guards it.
 #pragma once
 
 #include <absl/container/btree_set.h>

@@ -1286,52 +1286,67 @@ SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor
                           size_t limit) const {
   SsdListPage page;
   if (limit == 0) return page;
-  const Impl& s = *impl_;
+  Impl& s = *impl_;
   const Nanos now = s.clock->Now();
-  using Listed = std::pair<SsdKey, SsdEntryMeta>;
-  std::vector<Listed> found;
-  {
-    std::lock_guard lock(s.mu);
-    auto models = s.models.find(ns);
-    if (models == s.models.end()) return page;
-    // The first `limit` of each model's range past the cursor: the page is
-    // among them.
-    for (const ModelId& model : models->second) {
-      SsdKey from{std::string(ns), model, after.has_value() ? after->chain : ChainKey{},
-                  after.has_value() ? after->kind : StateKind{}};
-      const std::string start = EncodeSsdKey(from);
-      const std::string_view range(start.data(), start.size() - ChainKey{}.bytes.size() - 1);
-      auto it = after.has_value() ? s.records.upper_bound(start) : s.records.lower_bound(start);
-      size_t taken = 0;
-      for (; it != s.records.end() && it->first.starts_with(range); ++it) {
-        if (it->second->meta.expiry <= now) continue;
-        if (taken == limit) {
-          page.more = true;
-          break;
-        }
-        std::optional<SsdKey> key = DecodeSsdKey(it->first);
-        if (!key.has_value()) continue;
-        found.emplace_back(std::move(*key), it->second->meta);
-        ++taken;
-      }
-    }
-  }
-  auto order = [](const SsdKey& k) { return std::tie(k.chain.bytes, k.kind, k.model_id.bytes); };
-  std::sort(found.begin(), found.end(),
-            [&](const Listed& a, const Listed& b) { return order(a.first) < order(b.first); });
-  // Cut after `limit`, but not inside one (chain key, kind): every model's
-  // entry for it is in `found` (each model had fewer than `limit` before it).
-  size_t cut = std::min(limit, found.size());
-  auto same_group = [](const SsdKey& a, const SsdKey& b) {
-    return a.chain == b.chain && a.kind == b.kind;
+  using Iter = decltype(s.records)::const_iterator;
+  // A cursor into each model's range of the namespace (its keys share the
+  // prefix ns | model and run in (chain key, kind) order), merged.
+  struct Range {
+    Iter it;
+    std::string prefix;
   };
-  while (cut > 0 && cut < found.size() && same_group(found[cut - 1].first, found[cut].first)) {
-    ++cut;
+  std::lock_guard lock(s.mu);
+  s.ApplyTouchesLocked();  // so last_access is current
+  auto models = s.models.find(ns);
+  if (models == s.models.end()) return page;
+  std::vector<Range> ranges;
+  for (const ModelId& model : models->second) {
+    SsdKey from{std::string(ns), model, after.has_value() ? after->chain : ChainKey{},
+                after.has_value() ? after->kind : StateKind{}};
+    std::string start = EncodeSsdKey(from);
+    Range r{after.has_value() ? s.records.upper_bound(start) : s.records.lower_bound(start),
+            start.substr(0, start.size() - ChainKey{}.bytes.size() - 1)};
+    ranges.push_back(std::move(r));
   }
-  if (cut < found.size()) page.more = true;
-  found.resize(cut);
-  page.entries = std::move(found);
-  return page;
+  // The next unexpired entry of a range, or its end.
+  auto settle = [&](Range& r) {
+    while (r.it != s.records.end() && r.it->first.starts_with(r.prefix) &&
+           r.it->second->meta.expiry <= now) {
+      ++r.it;
+    }
+    if (r.it != s.records.end() && !r.it->first.starts_with(r.prefix)) r.it = s.records.end();
+  };
+  // (chain key, kind) and then model: the bytes after the shared ns prefix,
+  // reordered.
+  const size_t ns_bytes = ranges.empty() ? 0 : ranges.front().prefix.size() - 16;
+  auto order = [&](const std::string& k) {
+    const std::string_view v(k);
+    return std::make_pair(v.substr(ns_bytes + 16), v.substr(ns_bytes, 16));
+  };
+  for (Range& r : ranges) settle(r);
+  std::optional<std::string> last_group;  // chain key | kind of the last entry taken
+  for (;;) {
+    Range* best = nullptr;
+    for (Range& r : ranges) {
+      if (r.it == s.records.end()) continue;
+      if (best == nullptr || order(r.it->first) < order(best->it->first)) best = &r;
+    }
+    if (best == nullptr) return page;
+    const std::string_view group = std::string_view(best->it->first).substr(ns_bytes + 16);
+    // Past `limit`, only the rest of the last (chain key, kind): a cursor
+    // names no model, so one key's models are never split.
+    if (page.entries.size() >= limit && (!last_group.has_value() || group != *last_group)) {
+      page.more = true;
+      return page;
+    }
+    std::optional<SsdKey> key = DecodeSsdKey(best->it->first);
+    if (key.has_value()) {
+      page.entries.emplace_back(std::move(*key), best->it->second->meta);
+      last_group = std::string(group);
+    }
+    ++best->it;
+    settle(*best);
+  }
 }
 
 std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::Find(std::string_view ns,
