@@ -2288,18 +2288,18 @@ bool Matches(const EntryFilter& f, const Entry& e, Nanos now) {
   if (f.tier.has_value() && *f.tier != Tier::kDram) return false;
   return true;
 }
-// The same test for an SSD-only entry (never pinned: pins live in DRAM).
+// Whether the filter can accept any SSD copy (never pinned: pins live in
+// DRAM): if not, the SSD tier is not read at all (a listing of pinned
+// entries would otherwise page through it).
+bool SsdCopiesCanMatch(const EntryFilter& f) {
+  return !(f.pinned.has_value() && *f.pinned) && (!f.tier.has_value() || *f.tier == Tier::kSsd);
+}
+// The same test for an SSD-only entry.
 bool MatchesSsdCopy(const EntryFilter& f, const EntryInfo& c, Nanos now) {
   if (f.model_id.has_value() && c.model_id != *f.model_id) return false;
   if (f.kind.has_value() && c.kind != *f.kind) return false;
   if (f.older_than > 0 && c.commit_time > now - f.older_than) return false;
-  if (f.pinned.has_value() && *f.pinned) return false;
-  return !f.tier.has_value() || *f.tier == Tier::kSsd;
-}
-// Whether MatchesSsdCopy can accept any copy: if not, the SSD tier is not
-// read at all (a listing of pinned entries would otherwise page through it).
-bool SsdCopiesCanMatch(const EntryFilter& f) {
-  return !(f.pinned.has_value() && *f.pinned) && (!f.tier.has_value() || *f.tier == Tier::kSsd);
+  return SsdCopiesCanMatch(f);
 }
 }  // namespace
 

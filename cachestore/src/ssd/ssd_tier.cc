@@ -74,9 +74,9 @@ struct Record {
   // root last, so with equal times an ancestor outlives its descendants
   // (which no match reaches without it).
   uint64_t order = 0;
-  // While in the in-memory index: its key there (owned by `records`) and
-  // its place in the eviction queues (Impl::IndexLocked).
-  const std::string* key = nullptr;
+  // While in the in-memory index: its place in the eviction queues, whose
+  // `key` is the record's key there (owned by `records`; null while out of
+  // it). See Impl::IndexLocked.
   EvictionQueues<Record>::Position queued;
   uint8_t queue = 0;
 };
@@ -331,7 +331,7 @@ struct SsdTier::Impl {
   void EnqueueLocked(Record& r) {
     const auto [queue, time] = QueueOfLocked(r);
     r.queue = static_cast<uint8_t>(queue);
-    r.queued = {time, r.order, r.key, &r};
+    r.queued = {time, r.order, r.queued.key, &r};
     queues.Insert(queue, r.queued);
     if (queue == kShadowQueue) shadow_bytes += r.meta.extent_bytes;
   }
@@ -341,21 +341,21 @@ struct SsdTier::Impl {
   }
   // `r` joined `records` under `key` (the map's own copy).
   void IndexLocked(const std::string& key, Record& r) {
-    r.key = &key;
+    r.queued.key = &key;
     by_expiry.insert(&r);
     EnqueueLocked(r);
   }
   // `r` is leaving `records`.
   void UnindexLocked(Record& r) {
-    if (r.key == nullptr) return;
+    if (r.queued.key == nullptr) return;
     DequeueLocked(r);
     by_expiry.erase(&r);
-    r.key = nullptr;
+    r.queued.key = nullptr;
   }
   // Applies a change to what ranks `r` (its times, order, uses or role).
   template <typename Change>
   void ReorderLocked(Record& r, Change change) {
-    if (r.key == nullptr) {
+    if (r.queued.key == nullptr) {
       change();
       return;
     }
@@ -555,7 +555,7 @@ struct SsdTier::Impl {
     if (ttl) {
       for (const Record* r : by_expiry) {
         if (r->meta.expiry > now) break;
-        if (r->readers == 0) keys->push_back(*r->key);
+        if (r->readers == 0) keys->push_back(*r->queued.key);
       }
     }
     for (const std::string& k : *keys) recs->push_back(RetireLocked(k));
@@ -1318,10 +1318,11 @@ SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor
   };
   // (chain key, kind) and then model: the bytes after the shared ns prefix,
   // reordered.
-  const size_t ns_bytes = ranges.empty() ? 0 : ranges.front().prefix.size() - 16;
+  const size_t ns_bytes = EncodeSsdKeyPrefix(ns).size();
+  constexpr size_t kModelBytes = sizeof(ModelId::bytes);
   auto order = [&](const std::string& k) {
     const std::string_view v(k);
-    return std::make_pair(v.substr(ns_bytes + 16), v.substr(ns_bytes, 16));
+    return std::make_pair(v.substr(ns_bytes + kModelBytes), v.substr(ns_bytes, kModelBytes));
   };
   for (Range& r : ranges) settle(r);
   std::optional<std::string> last_group;  // chain key | kind of the last entry taken
@@ -1332,7 +1333,7 @@ SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor
       if (best == nullptr || order(r.it->first) < order(best->it->first)) best = &r;
     }
     if (best == nullptr) return page;
-    const std::string_view group = std::string_view(best->it->first).substr(ns_bytes + 16);
+    const std::string_view group = std::string_view(best->it->first).substr(ns_bytes + kModelBytes);
     // Past `limit`, only the rest of the last (chain key, kind): a cursor
     // names no model, so one key's models are never split.
     if (page.entries.size() >= limit && (!last_group.has_value() || group != *last_group)) {
@@ -1401,7 +1402,7 @@ bool SsdTier::EvictionOrderConsistentForTesting() const {
   for (const auto& [k, r] : s.records) {
     const auto [queue, time] = s.QueueOfLocked(*r);
     const EvictionQueues<Record>::Position& p = r->queued;
-    if (r->key != &k || r->queue != queue || p.time != time || p.order != r->order || p.key != &k ||
+    if (r->queue != queue || p.time != time || p.order != r->order || p.key != &k ||
         p.item != r.get() || !s.queues.Contains(queue, p) || !s.by_expiry.contains(r.get())) {
       return false;
     }
