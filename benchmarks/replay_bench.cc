@@ -46,7 +46,7 @@ int RunReplayBench(const ReplayBenchOptions& o) {
         "strata-bench replay: against %s; a fresh node (what it holds carries over from run to "
         "run) should run with --set "
         "extra_layouts=\"%s\" --set dram_bytes=%llu --set high_watermark=1 --set "
-        "low_watermark=1 --set eviction_policy=%s\n",
+        "low_watermark=1 --set max_held_share_per_namespace=1 --set eviction_policy=%s\n",
         o.node.c_str(), FormatLayoutSpec(trace::ReplayLayout(o.full_payload)).c_str(),
         static_cast<unsigned long long>(
             trace::ReplayNodeDramBytes(o.capacity_tokens, o.full_payload)),

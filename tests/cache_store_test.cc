@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "strata/store.h"
 #include "test_util.h"
 
@@ -257,6 +260,121 @@ TEST(LeaseLimitTest, ANamespaceLeasesAtMostItsLimitOfEntries) {
   // Ending the lease makes room again.
   ASSERT_TRUE(t.store->Abort(t.writer, first->lease).ok());
   EXPECT_TRUE(t.store->Reserve(t.writer, TestModel(), blocks).ok());
+}
+
+// `count` tiny GLOBAL_KV blocks of a fresh chain, ready to reserve.
+std::vector<CommitBlock> FreshChain(testing::TestStore& t, const Principal& who, uint32_t count,
+                                    uint32_t seed) {
+  const std::vector<ChainKey> keys = t.Keys(Tokens(kTinyBlockTokens * count, seed), who);
+  std::vector<CommitBlock> blocks;
+  for (size_t b = 0; b < count; ++b) {
+    blocks.push_back({keys[b], StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                      TinyGlobalLayout().PayloadBytes(),
+                      b == 0 ? std::nullopt : std::optional<ChainKey>(keys[b - 1])});
+  }
+  return blocks;
+}
+
+TEST(LeaseLimitTest, ANamespaceHoldsAtMostItsShareOfTheTier) {
+  // 128 KiB of 512-byte extents, a quarter each: 64 blocks per namespace.
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  const Principal other{"tenant-b", Role::kWrite};
+  const auto tokens = Tokens(16, 23);  // 4 tiny blocks, committed before the reservations
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4).ok());
+
+  const std::vector<CommitBlock> held = FreshChain(t, t.writer, 63, 24);
+  auto first = t.store->Reserve(t.writer, TestModel(), held);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // 63 reserved + 2 more would pass 64: refused before anything is reserved.
+  const std::vector<CommitBlock> two = FreshChain(t, t.writer, 2, 25);
+  auto refused = t.store->Reserve(t.writer, TestModel(), two);
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("tenant-a"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("bytes"), std::string::npos);
+  EXPECT_EQ(t.store->Stats().reserved_entries, 63u);
+
+  // A leased match of the 4 committed blocks would hold 67: refused when
+  // the lease is granted, with every pin it took dropped.
+  auto match = t.store->Match(t.writer, t.Request(tokens, Seconds(10)));
+  ASSERT_EQ(match.status().code(), StatusCode::kResourceExhausted) << match.status().ToString();
+  EXPECT_EQ(t.store->Stats().read_leases, 0u);
+  EXPECT_EQ(
+      t.store->Inspect(t.writer, t.Keys(tokens, t.writer)[0], StateKind::kGlobalKv)->live_leases,
+      0u);
+  EXPECT_EQ(t.store->Match(t.writer, t.Request(tokens))->blocks.size(), 4u);  // unleased: fine
+
+  // Another namespace has its own share.
+  EXPECT_TRUE(t.store->Reserve(other, TestModel(), FreshChain(t, other, 64, 26)).ok());
+  // Ending the reservation makes room again.
+  ASSERT_TRUE(t.store->Abort(t.writer, first->write_lease).ok());
+  EXPECT_TRUE(t.store->Match(t.writer, t.Request(tokens, Seconds(10))).ok());
+  EXPECT_TRUE(t.store->Reserve(t.writer, TestModel(), two).ok());
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+TEST(LeaseLimitTest, LeasesOnTheSameEntriesHoldTheirBytesOnce) {
+  // Many requests sharing one prefix each lease it: the tier holds its
+  // bytes once, and so does the namespace's share (64 blocks here).
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  const auto tokens = Tokens(kTinyBlockTokens * 40, 27);
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 40).ok());
+  std::vector<LeaseId> leases;
+  for (int i = 0; i < 10; ++i) {
+    auto m = t.store->Match(t.writer, t.Request(tokens, Seconds(10)));
+    ASSERT_TRUE(m.ok()) << i << ": " << m.status().ToString();
+    ASSERT_EQ(m->blocks.size(), 40u);
+    leases.push_back(m->lease);
+  }
+  ASSERT_TRUE(t.store->Reserve(t.writer, TestModel(), FreshChain(t, t.writer, 24, 28)).ok());
+  const std::vector<CommitBlock> one = FreshChain(t, t.writer, 1, 29);
+  EXPECT_EQ(t.store->Reserve(t.writer, TestModel(), one).status().code(),
+            StatusCode::kResourceExhausted);
+  // The prefix stays pinned until its last lease ends.
+  for (size_t i = 0; i + 1 < leases.size(); ++i)
+    ASSERT_TRUE(t.store->Abort(t.writer, leases[i]).ok());
+  EXPECT_EQ(t.store->Reserve(t.writer, TestModel(), one).status().code(),
+            StatusCode::kResourceExhausted);
+  ASSERT_TRUE(t.store->Abort(t.writer, leases.back()).ok());
+  EXPECT_TRUE(t.store->Reserve(t.writer, TestModel(), one).ok());
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+TEST(LeaseLimitTest, ConcurrentReservationsNeverPassTheShare) {
+  // Each reservation passes the early check on its own; the grant is what
+  // must count them one at a time.
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  constexpr int kThreads = 8;
+  constexpr uint32_t kEach = 24;  // 192 tries for 64 blocks of room
+  std::vector<std::vector<CommitBlock>> chains;
+  for (int i = 0; i < kThreads; ++i) chains.push_back(FreshChain(t, t.writer, kEach, 100 + i));
+  std::atomic<uint64_t> granted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (uint32_t b = 0; b < kEach; ++b) {
+        auto r = t.store->Reserve(t.writer, TestModel(), std::span(&chains[i][b], 1));
+        if (r.ok()) {
+          granted.fetch_add(1);
+        } else {
+          EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(granted.load(), 64u);
+  EXPECT_EQ(t.store->Stats().reserved_entries, 64u);
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+TEST(LeaseLimitTest, TheHeldShareMustBeAFraction) {
+  for (double share : {0.0, -0.5, 1.5}) {
+    CacheStoreOptions o;
+    o.dram.capacity_bytes = 1 << 20;
+    o.max_held_share_per_namespace = share;
+    auto store = CacheStore::Open(o);
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << share;
+  }
 }
 
 TEST(LeaseIdTest, StoresDoNotStartTheirLeaseIdsAtTheSamePlace) {

@@ -144,6 +144,11 @@ struct CacheStore::Impl {
   mutable std::shared_mutex ns_mu;
   std::unordered_map<std::string, uint32_t> ns_ids;
   std::vector<std::string> ns_names;
+  // By namespace id (grown under ns_mu; elements never move): the extents
+  // its read leases pin, each entry once, kept as an entry's lease count
+  // goes 0 -> 1 and back. Signed: a release may subtract before the add of
+  // the grant it follows lands.
+  std::deque<std::atomic<int64_t>> ns_lease_pinned;
 
   std::thread maintenance;
   std::mutex maintenance_mu;
@@ -512,6 +517,7 @@ struct CacheStore::Impl {
     }
     Entry* e = pool.Acquire();
     e->key = k;
+    e->ns_lease_pinned_bytes = LeasePinnedBytes(k.ns);
     e->model_id = model;
     e->layout_id = meta->layout_id;
     e->payload_bytes = meta->payload_bytes;
@@ -591,24 +597,80 @@ struct CacheStore::Impl {
     return it->second;
   }
 
-  // RESOURCE_EXHAUSTED if `more` leased entries would take namespace `ns`
-  // past max_leased_entries_per_namespace. Checked before pinning, so
-  // concurrent calls can overshoot by what they lease at once.
-  Status CheckLeaseRoom(const std::string& ns, uint64_t more) const {
+  std::atomic<int64_t>* LeasePinnedBytes(uint32_t ns) {
+    std::shared_lock lock(ns_mu);
+    return &ns_lease_pinned[ns];
+  }
+
+  uint64_t ReadPinnedBytes(uint32_t ns) const {
+    std::shared_lock lock(ns_mu);
+    return ns < ns_lease_pinned.size()
+               ? static_cast<uint64_t>(std::max<int64_t>(ns_lease_pinned[ns].load(), 0))
+               : 0;
+  }
+
+  // DRAM bytes namespace `ns` holds through leases: what its read leases
+  // pin and its write leases reserve.
+  uint64_t HeldBytes(uint32_t ns) const {
+    return ReadPinnedBytes(ns) + leases.held(ns).reserved_bytes;
+  }
+
+  uint64_t HeldBytesLimit() const {
+    return static_cast<uint64_t>(opts.max_held_share_per_namespace *
+                                 static_cast<double>(arena->capacity_bytes()));
+  }
+
+  // Why `more` bytes on top of what namespace `ns` holds through leases now
+  // would pass its share of the tier; empty if they would not.
+  std::string PastHeldShare(uint32_t ns, uint64_t more) const {
+    const uint64_t held = HeldBytes(ns);
+    const uint64_t limit = HeldBytesLimit();
+    if (held + more <= limit) return {};
+    return "its leases hold " + std::to_string(held) + " bytes of the DRAM tier; " +
+           std::to_string(more) + " more would pass the " + std::to_string(limit) +
+           " allowed (max_held_share_per_namespace)";
+  }
+
+  // What a new lease of namespace `ns` may add: entries, and reserved bytes
+  // up to the share less what its read leases pin now.
+  LeaseLimits LeaseLimitsFor(uint32_t ns) const {
+    const uint64_t limit = HeldBytesLimit();
+    return {opts.max_leased_entries_per_namespace, limit - std::min(limit, ReadPinnedBytes(ns))};
+  }
+
+  // RESOURCE_EXHAUSTED if `entries` more leased entries of `bytes` bytes
+  // would take namespace `ns` past its lease limits. A cheap early refusal,
+  // before anything is pinned or reserved (and before a reservation evicts
+  // other entries to make room); LeaseTable::Grant makes the exact check of
+  // entries and reservations, PrefixLookup::Finish that of read pins.
+  Status CheckLeaseRoom(const std::string& ns, uint64_t entries, uint64_t bytes) const {
     const std::optional<uint32_t> id = FindNamespace(ns);
-    const uint64_t held = id.has_value() ? leases.leased_entries(*id) : 0;
-    if (held + more <= opts.max_leased_entries_per_namespace) return Status::Ok();
-    return ResourceExhausted("namespace '" + ns + "' holds " + std::to_string(held) +
-                             " leased entries; " + std::to_string(more) + " more would pass the " +
-                             std::to_string(opts.max_leased_entries_per_namespace) +
-                             " allowed: end leases (Abort) you are done with");
+    if (!id.has_value()) return Status::Ok();
+    const uint64_t held = leases.held(*id).entries;
+    if (held + entries > opts.max_leased_entries_per_namespace) {
+      return LeaseRefused(ns, "its leases hold " + std::to_string(held) + " entries; " +
+                                  std::to_string(entries) + " more would pass the " +
+                                  std::to_string(opts.max_leased_entries_per_namespace) +
+                                  " allowed");
+    }
+    if (std::string why = PastHeldShare(*id, bytes); !why.empty()) return LeaseRefused(ns, why);
+    return Status::Ok();
+  }
+
+  // A lease refused for namespace `ns`'s limits, and what to do about it.
+  static Status LeaseRefused(const std::string& ns, const std::string& why) {
+    return ResourceExhausted("namespace '" + ns + "': " + why +
+                             ": end leases (Abort) you are done with");
   }
 
   uint32_t InternNamespace(const std::string& ns) {
     if (auto id = FindNamespace(ns)) return *id;
     std::unique_lock lock(ns_mu);
     auto [it, inserted] = ns_ids.emplace(ns, static_cast<uint32_t>(ns_names.size()));
-    if (inserted) ns_names.push_back(ns);
+    if (inserted) {
+      ns_names.push_back(ns);
+      ns_lease_pinned.emplace_back(0);
+    }
     return it->second;
   }
 
@@ -840,7 +902,11 @@ struct CacheStore::Impl {
     {
       Shard& shard = ShardFor(e->key);
       std::shared_lock lock(shard.mu);
-      (lease ? e->leases : e->readers).fetch_sub(1);
+      if (!lease) {
+        e->readers.fetch_sub(1);
+      } else if (e->leases.fetch_sub(1) == 1) {
+        e->ns_lease_pinned_bytes->fetch_sub(static_cast<int64_t>(e->extent.length));
+      }
       deleting = e->state.load() == EntryState::kDeleting;
     }
     if (deleting) MaybeReclaim(ref);
@@ -947,6 +1013,9 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   if (options.default_read_lease_ttl <= 0 || options.default_read_lease_ttl > kMaxLeaseTtl ||
       options.default_write_lease_ttl <= 0 || options.default_write_lease_ttl > kMaxLeaseTtl) {
     return InvalidArgument("default lease TTLs must be in (0, 10m]");
+  }
+  if (!(options.max_held_share_per_namespace > 0 && options.max_held_share_per_namespace <= 1)) {
+    return InvalidArgument("max_held_share_per_namespace must be in (0, 1]");
   }
   if (options.max_lease_life < kMaxLeaseTtl) {
     // Else a lease could be granted for longer than it may live.
@@ -1229,8 +1298,29 @@ class CacheStore::PrefixLookup {
     for (const EntryRef& ref : hits_) s_.Unpin(ref, /*lease=*/true);
   }
 
-  MatchResult Finish(const ChainKey& root, uint64_t prompt_tokens) {
+  // RESOURCE_EXHAUSTED, with every pin dropped, if the lease would take the
+  // caller's namespace past its lease limits.
+  Result<MatchResult> Finish(const ChainKey& root, uint64_t prompt_tokens) {
     Flush();
+    if (lease_ && !hits_.empty()) {
+      LeaseRecord rec;
+      rec.ns = *ns_;
+      rec.granted = start_;
+      rec.expiry = start_ + lease_ttl_;
+      rec.entries = hits_;
+      // This match's pins are counted already, so matches running at once
+      // see each other's and cannot pass the share together.
+      std::string why = s_.PastHeldShare(*ns_, 0);
+      Result<LeaseId> lease = why.empty() ? s_.leases.Grant(rec, s_.LeaseLimitsFor(*ns_))
+                                          : Result<LeaseId>(ResourceExhausted(why));
+      if (!lease.ok()) {
+        Abandon();
+        return Impl::LeaseRefused(ns_name_, lease.status().message());
+      }
+      result_.lease = *lease;
+      result_.lease_expiry = start_ + lease_ttl_;
+      s_.m.leases_live_read->Add(1);
+    }
     // SSD-only hits, root last too (the SSD tier breaks ties by touch order).
     for (size_t i = ssd_hits_.size(); i-- > 0;) s_.ssd->Touch(ssd_hits_[i]);
     result_.prefix_key = result_.blocks.empty() ? root : result_.blocks.back().key;
@@ -1244,16 +1334,6 @@ class CacheStore::PrefixLookup {
           s_.policy->OnHit(ref.entry);
         }
       }
-    }
-    if (lease_ && !hits_.empty()) {
-      LeaseRecord rec;
-      rec.ns = *ns_;
-      rec.granted = start_;
-      rec.expiry = start_ + lease_ttl_;
-      rec.entries = hits_;
-      result_.lease = s_.leases.Grant(std::move(rec));
-      result_.lease_expiry = start_ + lease_ttl_;
-      s_.m.leases_live_read->Add(1);
     }
     uint64_t hit_bytes = 0;
     for (const BlockMatch& b : result_.blocks) hit_bytes += b.payload_bytes;
@@ -1274,7 +1354,9 @@ class CacheStore::PrefixLookup {
     std::shared_lock lock(shard.mu);
     Entry* e = s_.FindVisibleLocked(shard, k, start_);
     if (e == nullptr) return std::nullopt;
-    if (lease_) e->leases.fetch_add(1);
+    if (lease_ && e->leases.fetch_add(1) == 0) {
+      e->ns_lease_pinned_bytes->fetch_add(static_cast<int64_t>(e->extent.length));
+    }
     const uint64_t earlier_hits = e->hits.fetch_add(1, std::memory_order_relaxed);
     hits_.push_back({e, e->generation});
     if (earlier_hits == 0 && s_.SsdAdmits(k.kind) &&
@@ -1340,7 +1422,7 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, blocks));
   const ChainRoot root{caller.ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
-  if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1));
+  if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1, 0));
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens, static_cast<uint32_t>(blocks),
                       req.take_lease, req.lease_ttl);
   // Hash block by block and stop at the first miss: the rest of the prompt
@@ -1359,7 +1441,7 @@ Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKe
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
   if (req.take_lease) {
-    STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1));  // + SWA
+    STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1, 0));  // + SWA
   }
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
                       static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl,
@@ -1624,7 +1706,9 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     Status st = s.ValidateCommitBlock(blocks[i], &layouts[i]);
     if (!st.ok()) return Status(st.code(), "block " + std::to_string(i) + ": " + st.message());
   }
-  STRATA_RETURN_IF_ERROR(s.CheckLeaseRoom(caller.ns, blocks.size()));
+  uint64_t payload_bytes = 0;
+  for (const CommitBlock& b : blocks) payload_bytes += b.payload_bytes;
+  STRATA_RETURN_IF_ERROR(s.CheckLeaseRoom(caller.ns, blocks.size(), payload_bytes));
   const uint32_t ns = s.InternNamespace(caller.ns);
   const Nanos now = s.clock->Now();
 
@@ -1679,6 +1763,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       }
       Entry* e = s.pool.Acquire();
       e->key = k;
+      e->ns_lease_pinned_bytes = s.LeasePinnedBytes(ns);
       e->model_id = model;
       e->layout_id = b.layout_id;
       e->payload_bytes = b.payload_bytes;
@@ -1701,8 +1786,14 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     s.EvictToWatermarkLocked(now);
   }
   if (!rec.entries.empty()) {
+    Result<LeaseId> lease = s.leases.Grant(rec, s.LeaseLimitsFor(ns));
+    if (!lease.ok()) {
+      std::lock_guard lock(s.structure_mu);
+      for (const EntryRef& ref : rec.entries) s.EraseReservedLocked(ref.entry);
+      return Impl::LeaseRefused(caller.ns, lease.status().message());
+    }
     out.expiry = rec.expiry;
-    out.write_lease = s.leases.Grant(std::move(rec));
+    out.write_lease = *lease;
     s.m.leases_live_write->Add(1);
   }
   return out;
@@ -2221,11 +2312,13 @@ Status CacheStore::CheckInvariantsForTesting() const {
   uint64_t extents = 0, extent_bytes = 0, payload = 0, reserved = 0, deleting = 0;
   uint64_t reserved_bytes = 0;
   uint64_t committed[2] = {0, 0};
+  std::unordered_map<uint32_t, int64_t> lease_pinned;  // by namespace
   const Nanos now = s.clock->Now();
   for (uint32_t i = 0; i <= s.shard_mask; ++i) {
     std::shared_lock slock(s.shards[i].mu);
     for (const auto& [k, e] : s.shards[i].map) {
       if (!(e->key == k)) return Internal("index key differs from entry key");
+      if (e->leases.load() != 0) lease_pinned[k.ns] += static_cast<int64_t>(e->extent.length);
       ++extents;
       extent_bytes += e->extent.length;
       payload += e->payload_bytes;
@@ -2273,6 +2366,14 @@ Status CacheStore::CheckInvariantsForTesting() const {
   if (static_cast<int64_t>(committed[0]) != s.m.entries_global->Value() ||
       static_cast<int64_t>(committed[1]) != s.m.entries_swa->Value()) {
     return Internal("entry gauges drifted");
+  }
+  std::shared_lock ns_lock(s.ns_mu);
+  for (uint32_t ns = 0; ns < s.ns_lease_pinned.size(); ++ns) {
+    if (s.ns_lease_pinned[ns].load() != lease_pinned[ns]) {
+      return Internal("namespace '" + s.ns_names[ns] + "': its read leases pin " +
+                      std::to_string(lease_pinned[ns]) + " bytes, counted " +
+                      std::to_string(s.ns_lease_pinned[ns].load()));
+    }
   }
   return Status::Ok();
 }

@@ -49,6 +49,9 @@ struct Entry {
   Extent extent;
   Nanos commit_time = 0;
   Nanos expiry = 0;
+  // Its namespace's count of the bytes that namespace's read leases pin,
+  // each entry once (the store's, set when the entry is made).
+  std::atomic<int64_t>* ns_lease_pinned_bytes = nullptr;
 
   std::atomic<EntryState> state{EntryState::kReserved};
   std::atomic<uint32_t> leases{0};

@@ -16,29 +16,51 @@ LeaseTable::LeaseTable() {
   next_id_ = ((LeaseId{rd()} << 32) | rd()) & kLeaseIdMask;
 }
 
-LeaseId LeaseTable::Grant(LeaseRecord record) {
+Result<LeaseId> LeaseTable::Grant(LeaseRecord& record, const LeaseLimits& limits) {
+  // A write lease's entries are reserved by the caller: their extents stay put.
+  uint64_t bytes = 0;
+  if (record.write) {
+    for (const EntryRef& ref : record.entries) bytes += ref.entry->extent.length;
+  }
   std::lock_guard lock(mu_);
+  const HeldByLeases before = held_.contains(record.ns) ? held_.at(record.ns) : HeldByLeases{};
+  if (before.entries + record.entries.size() > limits.entries) {
+    return ResourceExhausted("its leases hold " + std::to_string(before.entries) + " entries; " +
+                             std::to_string(record.entries.size()) + " more would pass the " +
+                             std::to_string(limits.entries) + " allowed");
+  }
+  if (before.reserved_bytes + bytes > limits.reserved_bytes) {
+    return ResourceExhausted("its write leases reserve " + std::to_string(before.reserved_bytes) +
+                             " bytes; " + std::to_string(bytes) + " more would pass the " +
+                             std::to_string(limits.reserved_bytes) +
+                             " its share of the DRAM tier leaves them");
+  }
   do {
     next_id_ = (next_id_ + 1) & kLeaseIdMask;  // 0 is "no lease"
   } while (next_id_ == 0 || leases_.contains(next_id_));
   record.id = next_id_;
+  record.reserved_bytes = bytes;
+  HeldByLeases& held = held_[record.ns];
+  held.entries += record.entries.size();
+  held.reserved_bytes += bytes;
   const LeaseId id = record.id;
-  leased_entries_[record.ns] += record.entries.size();
   leases_.emplace(id, std::move(record));
   return id;
 }
 
 void LeaseTable::ForgetLocked(const LeaseRecord& record) {
-  auto it = leased_entries_.find(record.ns);
-  if (it == leased_entries_.end()) return;
-  it->second -= std::min<uint64_t>(it->second, record.entries.size());
-  if (it->second == 0) leased_entries_.erase(it);
+  auto it = held_.find(record.ns);
+  if (it == held_.end()) return;
+  HeldByLeases& held = it->second;
+  held.entries -= std::min<uint64_t>(held.entries, record.entries.size());
+  held.reserved_bytes -= std::min(held.reserved_bytes, record.reserved_bytes);
+  if (held.entries == 0) held_.erase(it);
 }
 
-uint64_t LeaseTable::leased_entries(uint32_t ns) const {
+HeldByLeases LeaseTable::held(uint32_t ns) const {
   std::lock_guard lock(mu_);
-  auto it = leased_entries_.find(ns);
-  return it == leased_entries_.end() ? 0 : it->second;
+  auto it = held_.find(ns);
+  return it == held_.end() ? HeldByLeases{} : it->second;
 }
 
 std::optional<bool> LeaseTable::IsWrite(uint32_t ns, LeaseId id) const {
@@ -109,7 +131,7 @@ std::vector<LeaseRecord> LeaseTable::TakeAll() {
   out.reserve(leases_.size());
   for (auto& [id, record] : leases_) out.push_back(std::move(record));
   leases_.clear();
-  leased_entries_.clear();
+  held_.clear();
   return out;
 }
 

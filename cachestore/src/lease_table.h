@@ -28,12 +28,31 @@ struct LeaseRecord {
   std::vector<uint32_t> positions;
   std::vector<std::optional<ChainKey>> parents;  // GLOBAL_KV parent of each entry
   uint32_t batch_size = 0;
+  uint64_t reserved_bytes = 0;  // write leases: their entries' extents (set by Grant)
+};
+
+// What one namespace's leases may hold at once: entries of every lease
+// (an entry in two leases counts twice: each costs a record here), and the
+// extents its write leases reserve.
+struct LeaseLimits {
+  uint64_t entries = UINT64_MAX;
+  uint64_t reserved_bytes = UINT64_MAX;
+};
+
+// What one namespace's leases hold, live or expired (until taken).
+struct HeldByLeases {
+  uint64_t entries = 0;
+  uint64_t reserved_bytes = 0;
 };
 
 class LeaseTable {
  public:
   LeaseTable();
-  LeaseId Grant(LeaseRecord record);  // assigns and returns the id
+  // Assigns an id and takes the record (moved from), unless the record's
+  // namespace would then hold more than `limits` allow: RESOURCE_EXHAUSTED,
+  // and the record is left as it was for the caller to release. The check
+  // and the grant are one step, so concurrent grants never overshoot.
+  Result<LeaseId> Grant(LeaseRecord& record, const LeaseLimits& limits);
   // Whether live-or-expired lease `id` of namespace `ns` is a write lease;
   // nullopt if unknown.
   std::optional<bool> IsWrite(uint32_t ns, LeaseId id) const;
@@ -52,8 +71,7 @@ class LeaseTable {
   std::vector<LeaseRecord> TakeAll();
 
   size_t live(bool write) const;
-  // Entries held by namespace `ns`'s leases, live or expired (until taken).
-  uint64_t leased_entries(uint32_t ns) const;
+  HeldByLeases held(uint32_t ns) const;
 
  private:
   mutable std::mutex mu_;
@@ -62,7 +80,7 @@ class LeaseTable {
   // or write of the old lease would land on someone else's new one).
   LeaseId next_id_;
   std::unordered_map<LeaseId, LeaseRecord> leases_;
-  std::unordered_map<uint32_t, uint64_t> leased_entries_;  // by namespace
+  std::unordered_map<uint32_t, HeldByLeases> held_;  // by namespace
 
   void ForgetLocked(const LeaseRecord& record);
 };

@@ -30,6 +30,7 @@ read_lease_ttl: 250ms
 write_lease_ttl: 30s
 max_lease_life: 2h
 max_leased_entries_per_namespace: 4096
+max_held_share_per_namespace: 0.25
 eviction_policy: aslru
 tokens_file: /etc/strata/tokens
 data_plane_mode: am
@@ -51,6 +52,7 @@ ssd_eviction_policy: deadline
   EXPECT_EQ(c->read_lease_ttl, 250 * kNanosPerMilli);
   EXPECT_EQ(c->max_lease_life, Hours(2));
   EXPECT_EQ(c->max_leased_entries_per_namespace, 4096u);
+  EXPECT_EQ(c->max_held_share_per_namespace, 0.25);
   EXPECT_EQ(c->eviction_policy, "aslru");
   EXPECT_EQ(c->data_plane_mode, "am");
   EXPECT_TRUE(ValidateNodeConfig(*c).ok());
@@ -187,6 +189,14 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
               std::string::npos)
         << bad;
   }
+  for (const char* bad : {"max_held_share_per_namespace=0", "max_held_share_per_namespace=1.5",
+                          "max_held_share_per_namespace=half"}) {
+    EXPECT_NE(ApplyNodeConfigOverride(&c, bad).message().find("max_held_share_per_namespace"),
+              std::string::npos)
+        << bad;
+  }
+  ASSERT_TRUE(ApplyNodeConfigOverride(&c, "max_held_share_per_namespace=auto").ok());
+  EXPECT_FALSE(c.max_held_share_per_namespace.has_value());
 }
 
 TEST(TokenTableTest, ParsesAndAuthenticates) {

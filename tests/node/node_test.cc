@@ -192,6 +192,31 @@ TEST_F(NodeTest, AutoOffersRmaOnlyWhenOneTenantHasTheNode) {
   RoundTrip(*node_, "rma", 4);
 }
 
+TEST_F(NodeTest, ATenantsLeasesHoldAtMostHalfTheTierWhenOthersShareIt) {
+  // 20 V4.1 blocks (about 4.4 MiB) are more than half of 8 MiB.
+  const NodeProcess::Options small{0, {"dram_bytes=8MiB"}};
+  StartNode(small);  // tenant-a and tenant-b
+  EXPECT_NE(node_->Log().find("max_held_share_per_namespace auto"), std::string::npos);
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt big = MakePrompt(*store, 20, 31);
+  auto refused = store->Commit(TestModel(), Payloads(big, 0, big.blocks.size(), false));
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  // Half the tier is room enough for a smaller batch.
+  CommitAll(*store, MakePrompt(*store, 10, 32), false);
+  store.reset();
+  node_.reset();
+  // With the node to itself, or with the operator's say-so, a tenant may
+  // hold more.
+  StartNode(small, {kTokenA, kTokenReadA, kTokenAdminA, kTokenOperator});
+  store = Open(*node_, kTokenA.token);
+  CommitAll(*store, MakePrompt(*store, 20, 33), false);
+  store.reset();
+  node_.reset();
+  StartNode({0, {"dram_bytes=8MiB", "max_held_share_per_namespace=1"}});
+  store = Open(*node_, kTokenA.token);
+  CommitAll(*store, MakePrompt(*store, 20, 34), false);
+}
+
 TEST_F(NodeTest, RoundTripOverTcp) {
   // Both processes see UCX_TLS: the node inherits this environment.
   setenv("UCX_TLS", "tcp", 1);
@@ -934,6 +959,22 @@ TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {
                 return v1::CacheStore::NewStub(ch)->Match(ctx, req, &resp);
               }).ok());
   EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
+  // A malformed match ends nothing, not even the leases it names.
+  auto held = MatchPrompt(*store, p);
+  ASSERT_TRUE(held.ok());
+  v1::MatchRequest garbled = req;
+  garbled.clear_release_leases();
+  garbled.add_release_leases(held->lease);
+  garbled.set_keys("not a multiple of 16 bytes");
+  EXPECT_EQ(RawCall(*node_, kTokenA.token,
+                    [&](auto ch, grpc::ClientContext* ctx) {
+                      v1::MatchResponse resp;
+                      return v1::CacheStore::NewStub(ch)->Match(ctx, garbled, &resp);
+                    })
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
+  ASSERT_TRUE(store->Abort(held->lease).ok());
   for (int i = 0; i <= 64; ++i) req.add_release_leases(i);
   EXPECT_EQ(RawCall(*node_, kTokenA.token,
                     [&](auto ch, grpc::ClientContext* ctx) {

@@ -30,7 +30,8 @@ class TraceNodeTest : public ::testing::Test {
     NodeProcess::Options no;
     no.settings = {
         "dram_bytes=" + std::to_string(ReplayNodeDramBytes(blocks * kTraceBlockTokens, full)),
-        "high_watermark=1", "low_watermark=1", "eviction_policy=" + policy};
+        "high_watermark=1", "low_watermark=1", "max_held_share_per_namespace=1",
+        "eviction_policy=" + policy};
     if (with_layout) no.settings.push_back("extra_layouts=" + FormatLayoutSpec(ReplayLayout(full)));
     std::string error;
     auto node = NodeProcess::Start(dir_, no, &error);

@@ -44,6 +44,12 @@ struct CacheStoreOptions {
   // taking a lease or a reserve past it gets RESOURCE_EXHAUSTED, so no
   // tenant pins the whole store or grows the node without bound.
   uint64_t max_leased_entries_per_namespace = uint64_t{1} << 20;
+  // The share of the DRAM tier one namespace's live leases may hold at once
+  // (bytes of the entries its read leases pin and its write leases
+  // reserve), in (0, 1]: past it a leased match or a reserve gets
+  // RESOURCE_EXHAUSTED, so one tenant cannot leave the others no room to
+  // commit. 1 = no limit but the tier's.
+  double max_held_share_per_namespace = 1.0;
   std::string eviction_policy = "lru";  // "aslru", "deadline": docs/eviction-policy.md
   uint32_t index_shards = 64;           // a power of two
   // Threads that share one large fetch's verified copy, the caller

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,10 @@
 #include "strata/status.h"
 
 namespace strata {
+
+// The default share of the DRAM tier one tenant's leases may hold on a
+// node with several tenant namespaces.
+inline constexpr double kMultiTenantHeldShare = 0.5;
 
 struct NodeConfig {
   std::string node_id;                      // default: hostname:port
@@ -28,6 +33,10 @@ struct NodeConfig {
   Nanos max_lease_life = Hours(1);  // CacheStoreOptions::max_lease_life
   // CacheStoreOptions::max_leased_entries_per_namespace.
   uint64_t max_leased_entries_per_namespace = uint64_t{1} << 20;
+  // CacheStoreOptions::max_held_share_per_namespace; unset ("auto"): 1 with
+  // one tenant namespace in the tokens file, kMultiTenantHeldShare with
+  // more, so no tenant can leave the others no room to commit.
+  std::optional<double> max_held_share_per_namespace;
   std::string eviction_policy = "lru";
   // Layouts besides the built-in V4.1 ones (a model with another shape, or
   // the trace replay's). YAML: a list of specs or one string; --set:

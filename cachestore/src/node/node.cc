@@ -187,6 +187,14 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   opts.default_write_lease_ttl = config.write_lease_ttl;
   opts.max_lease_life = config.max_lease_life;
   opts.max_leased_entries_per_namespace = config.max_leased_entries_per_namespace;
+  opts.max_held_share_per_namespace = config.max_held_share_per_namespace.value_or(
+      st.tokens.tenant_namespaces() > 1 ? kMultiTenantHeldShare : 1.0);
+  if (!config.max_held_share_per_namespace.has_value() && st.tokens.tenant_namespaces() > 1) {
+    spdlog::info(
+        "leases: {} tenant namespaces: each may hold at most {:.0f}% of the DRAM tier in leases "
+        "(max_held_share_per_namespace auto)",
+        st.tokens.tenant_namespaces(), kMultiTenantHeldShare * 100);
+  }
   opts.eviction_policy = config.eviction_policy;
   opts.extra_layouts = config.extra_layouts;
   if (!config.ssd_dir.empty()) {

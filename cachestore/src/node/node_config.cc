@@ -61,6 +61,14 @@ Result<double> ParseFraction(const std::string& text) {
   return v;
 }
 
+// A fraction, or "auto" (unset: the node decides).
+Result<std::optional<double>> ParseFractionOrAuto(const std::string& text) {
+  if (text == "auto") return std::optional<double>();
+  Result<double> v = ParseFraction(text);
+  if (!v.ok()) return InvalidArgument(v.status().message() + " (or auto)");
+  return std::optional<double>(*v);
+}
+
 Result<uint32_t> ParseCount(const std::string& text) {
   uint32_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -121,6 +129,8 @@ const std::map<std::string, Setter>& Setters() {
       {"max_lease_life", Field(&NodeConfig::max_lease_life, ParseDuration)},
       {"max_leased_entries_per_namespace",
        Field(&NodeConfig::max_leased_entries_per_namespace, ParseLimit)},
+      {"max_held_share_per_namespace",
+       Field(&NodeConfig::max_held_share_per_namespace, ParseFractionOrAuto)},
       {"eviction_policy", Text(&NodeConfig::eviction_policy)},
       {"extra_layouts", Field(&NodeConfig::extra_layouts, ParseLayoutSpecs)},
       {"ssd_dir", Text(&NodeConfig::ssd_dir)},

@@ -212,9 +212,11 @@ grpc::Status CacheStoreService::Match(grpc::ServerContext* ctx, const v1::MatchR
                                       v1::MatchResponse* resp) {
   return Serve(s_, "Match", *ctx, [&](const Principal& p) -> Status {
     STRATA_RETURN_IF_ERROR(DataCaller(p));
-    STRATA_RETURN_IF_ERROR(EndReleasedLeases(s_, p, req->release_leases()));
+    // Decoded first: a malformed request changes nothing, not even the
+    // leases it would have released.
     wire::DecodedMatch decoded;
     STRATA_RETURN_IF_ERROR(wire::DecodeMatchRequest(*req, &decoded));
+    STRATA_RETURN_IF_ERROR(EndReleasedLeases(s_, p, req->release_leases()));
     decoded.request.promote_ssd = true;  // remote clients read DRAM only
     Result<MatchResult> result = s_.store->MatchKeys(p, decoded.request);
     if (!result.ok()) return result.status();
