@@ -285,6 +285,10 @@ TEST(LeaseLimitTest, ANamespaceHoldsAtMostItsShareOfTheTier) {
   const std::vector<CommitBlock> held = FreshChain(t, t.writer, 63, 24);
   auto first = t.store->Reserve(t.writer, TestModel(), held);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const LeaseHolding holding = t.store->Holding(t.writer);
+  EXPECT_EQ(holding.held_bytes, 63u * 512);
+  EXPECT_EQ(holding.limit_bytes, 32u << 10);
+  EXPECT_EQ(holding.leased_entries, 63u);
   // 63 reserved + 2 more would pass 64: refused before anything is reserved.
   const std::vector<CommitBlock> two = FreshChain(t, t.writer, 2, 25);
   auto refused = t.store->Reserve(t.writer, TestModel(), two);
@@ -325,6 +329,8 @@ TEST(LeaseLimitTest, LeasesOnTheSameEntriesHoldTheirBytesOnce) {
     ASSERT_EQ(m->blocks.size(), 40u);
     leases.push_back(m->lease);
   }
+  EXPECT_EQ(t.store->Holding(t.writer).held_bytes, 40u * 512);
+  EXPECT_EQ(t.store->Holding(t.writer).leased_entries, 400u);  // the lease table's records
   ASSERT_TRUE(t.store->Reserve(t.writer, TestModel(), FreshChain(t, t.writer, 24, 28)).ok());
   const std::vector<CommitBlock> one = FreshChain(t, t.writer, 1, 29);
   EXPECT_EQ(t.store->Reserve(t.writer, TestModel(), one).status().code(),
@@ -335,13 +341,104 @@ TEST(LeaseLimitTest, LeasesOnTheSameEntriesHoldTheirBytesOnce) {
   EXPECT_EQ(t.store->Reserve(t.writer, TestModel(), one).status().code(),
             StatusCode::kResourceExhausted);
   ASSERT_TRUE(t.store->Abort(t.writer, leases.back()).ok());
+  EXPECT_EQ(t.store->Holding(t.writer).held_bytes, 24u * 512);
   EXPECT_TRUE(t.store->Reserve(t.writer, TestModel(), one).ok());
   EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
 }
 
+TEST(LeaseLimitTest, AReservationCountsWholeExtentsOfWhatItReservesBeforeItEvicts) {
+  const uint64_t payload = TinyGlobalLayout().PayloadBytes();
+  const uint64_t extent = (payload + 255) / 256 * 256;  // the test store's granule
+  ASSERT_LT(payload, extent);
+  const uint64_t capacity = 256 * extent;
+  // 63 extents and a payload: a payload more fits, its extent does not.
+  const uint64_t limit = 63 * extent + payload;
+  testing::TestStore t(capacity, 1.0, 1.0, "lru", uint64_t{1} << 20,
+                       (static_cast<double>(limit) + 0.5) / static_cast<double>(capacity));
+  ASSERT_EQ(t.store->Holding(t.writer).limit_bytes, limit);
+  // The tier full: another tenant's 154 entries, 40 committed blocks of a
+  // chain, and 62 reserved blocks, which leave room for one extent.
+  const Principal other{"tenant-b", Role::kWrite};
+  const auto others = Tokens(kTinyBlockTokens * 154, 30);
+  for (size_t from = 0; from < 154; from += 60) {
+    ASSERT_TRUE(t.CommitBlocks(others, from, std::min<size_t>(from + 60, 154), other).ok());
+  }
+  ASSERT_TRUE(t.CommitBlocks(Tokens(kTinyBlockTokens * 41, 31), 0, 40).ok());
+  ASSERT_TRUE(t.store->Reserve(t.writer, TestModel(), FreshChain(t, t.writer, 62, 32)).ok());
+  ASSERT_EQ(t.store->Stats().used_bytes, capacity);
+  const auto evictions = [&] { return t.store->Stats().evictions; };
+  const auto before = evictions();
+
+  // Two more blocks: refused before either evicts anything.
+  auto two = t.store->Reserve(t.writer, TestModel(), FreshChain(t, t.writer, 2, 33));
+  EXPECT_EQ(two.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(evictions(), before);
+  EXPECT_EQ(t.store->Stats().reserved_entries, 62u);
+
+  // The whole chain: its 40 committed blocks take nothing, the 41st fits.
+  auto chain = t.store->Reserve(t.writer, TestModel(), FreshChain(t, t.writer, 41, 31));
+  ASSERT_TRUE(chain.ok()) << chain.status().ToString();
+  EXPECT_EQ(chain->blocks[0].state, ReserveState::kAlreadyPresent);
+  EXPECT_EQ(chain->blocks[40].state, ReserveState::kReserved);
+  EXPECT_EQ(t.store->Holding(t.writer).held_bytes, 63 * extent);
+
+  // One more payload fits the share, its extent does not: refused before
+  // it evicts another tenant's entry.
+  const auto full = evictions();
+  auto one = t.store->Reserve(t.writer, TestModel(), FreshChain(t, t.writer, 1, 34));
+  EXPECT_EQ(one.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(evictions(), full);
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+TEST(LeaseLimitTest, ReadAndWriteLeasesGrantedAtOnceNeverPassTheShare) {
+  // 64 extents of share; leased matches of 6 committed chains (60 blocks)
+  // race reservations of 1-block chains, and nothing is released.
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  constexpr int kChains = 6;
+  constexpr uint32_t kBlocks = 10;
+  std::vector<std::vector<uint32_t>> prompts;
+  for (int i = 0; i < kChains; ++i) {
+    prompts.push_back(Tokens(kTinyBlockTokens * kBlocks, 200 + i));
+    ASSERT_TRUE(t.CommitBlocks(prompts.back(), 0, kBlocks).ok());
+  }
+  std::atomic<uint64_t> read_grants{0};
+  std::atomic<uint64_t> write_grants{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kChains; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < 20; ++round) {
+        auto m = t.store->Match(t.writer, t.Request(prompts[i], Seconds(60)));
+        if (m.ok()) {
+          read_grants.fetch_add(1);
+        } else {
+          EXPECT_EQ(m.status().code(), StatusCode::kResourceExhausted) << m.status().ToString();
+        }
+      }
+    });
+    threads.emplace_back([&, i] {
+      for (uint32_t b = 0; b < 20; ++b) {
+        const std::vector<CommitBlock> one = FreshChain(t, t.writer, 1, 300 + i * 20 + b);
+        auto r = t.store->Reserve(t.writer, TestModel(), one);
+        if (r.ok()) {
+          write_grants.fetch_add(1);
+        } else {
+          EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const LeaseHolding held = t.store->Holding(t.writer);
+  EXPECT_GT(read_grants.load(), 0u);
+  EXPECT_GT(write_grants.load(), 0u);
+  EXPECT_LE(held.held_bytes, held.limit_bytes);
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
 TEST(LeaseLimitTest, ConcurrentReservationsNeverPassTheShare) {
-  // Each reservation passes the early check on its own; the grant is what
-  // must count them one at a time.
+  // Reservations running at once each count the extents of those granted
+  // before it.
   testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
   constexpr int kThreads = 8;
   constexpr uint32_t kEach = 24;  // 192 tries for 64 blocks of room

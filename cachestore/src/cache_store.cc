@@ -18,6 +18,7 @@
 #include "strata/cache_store.h"
 
 #include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 
 #include <algorithm>
 #include <chrono>
@@ -609,51 +610,69 @@ struct CacheStore::Impl {
                : 0;
   }
 
-  // DRAM bytes namespace `ns` holds through leases: what its read leases
-  // pin and its write leases reserve.
-  uint64_t HeldBytes(uint32_t ns) const {
-    return ReadPinnedBytes(ns) + leases.held(ns).reserved_bytes;
-  }
-
   uint64_t HeldBytesLimit() const {
     return static_cast<uint64_t>(opts.max_held_share_per_namespace *
                                  static_cast<double>(arena->capacity_bytes()));
   }
 
-  // Why `more` bytes on top of what namespace `ns` holds through leases now
-  // would pass its share of the tier; empty if they would not.
-  std::string PastHeldShare(uint32_t ns, uint64_t more) const {
-    const uint64_t held = HeldBytes(ns);
+  // What namespace `ns` (interned) may hold through leases; the grant checks it.
+  LeaseLimits LeaseLimitsFor(uint32_t ns) {
+    return {opts.max_leased_entries_per_namespace, HeldBytesLimit(), LeasePinnedBytes(ns)};
+  }
+
+  // Why `entries` more leased entries and `bytes` more held bytes would
+  // take namespace `ns` past its lease limits; empty if they would not.
+  // For early refusals, before anything is pinned or reserved (and before
+  // a reservation evicts other entries to make room); LeaseTable::Grant
+  // makes the exact check.
+  std::string PastLeaseLimits(uint32_t ns, uint64_t entries, uint64_t bytes) const {
+    const HeldByLeases by_leases = leases.held(ns);
+    if (by_leases.entries + entries > opts.max_leased_entries_per_namespace) {
+      return "its leases hold " + std::to_string(by_leases.entries) + " entries; " +
+             std::to_string(entries) + " more would pass the " +
+             std::to_string(opts.max_leased_entries_per_namespace) + " allowed";
+    }
+    const uint64_t held = ReadPinnedBytes(ns) + by_leases.reserved_bytes;
     const uint64_t limit = HeldBytesLimit();
-    if (held + more <= limit) return {};
+    if (held + bytes <= limit) return {};
     return "its leases hold " + std::to_string(held) + " bytes of the DRAM tier; " +
-           std::to_string(more) + " more would pass the " + std::to_string(limit) +
+           std::to_string(bytes) + " more would pass the " + std::to_string(limit) +
            " allowed (max_held_share_per_namespace)";
   }
 
-  // What a new lease of namespace `ns` may add: entries, and reserved bytes
-  // up to the share less what its read leases pin now.
-  LeaseLimits LeaseLimitsFor(uint32_t ns) const {
-    const uint64_t limit = HeldBytesLimit();
-    return {opts.max_leased_entries_per_namespace, limit - std::min(limit, ReadPinnedBytes(ns))};
+  // Why the extents a reservation of `blocks` would take now (those not
+  // present, in flight or repeated in the batch) would take namespace `ns`
+  // past its lease limits; empty if they would not. Changes nothing.
+  std::string PastReserveLimitsLocked(uint32_t ns, std::span<const CommitBlock> blocks,
+                                      Nanos now) const {
+    absl::flat_hash_set<EntryKey, EntryKeyHash> seen;
+    uint64_t entries = 0;
+    uint64_t bytes = 0;
+    for (const CommitBlock& b : blocks) {
+      const EntryKey k{ns, b.kind, b.key};
+      if (!seen.insert(k).second) continue;  // in flight by then
+      const Shard& shard = ShardFor(k);
+      std::shared_lock slock(shard.mu);
+      auto it = shard.map.find(k);
+      if (it != shard.map.end()) {
+        const Entry* e = it->second;
+        // Present, or in flight; an expired one is replaced.
+        if (e->state.load() != EntryState::kCommitted || e->expiry > now) continue;
+      }
+      ++entries;
+      bytes += arena->ExtentBytes(b.payload_bytes);
+    }
+    return PastLeaseLimits(ns, entries, bytes);
   }
 
-  // RESOURCE_EXHAUSTED if `entries` more leased entries of `bytes` bytes
-  // would take namespace `ns` past its lease limits. A cheap early refusal,
-  // before anything is pinned or reserved (and before a reservation evicts
-  // other entries to make room); LeaseTable::Grant makes the exact check of
-  // entries and reservations, PrefixLookup::Finish that of read pins.
-  Status CheckLeaseRoom(const std::string& ns, uint64_t entries, uint64_t bytes) const {
+  // RESOURCE_EXHAUSTED if a match leasing `entries` entries could not be
+  // granted its lease (PastLeaseLimits).
+  Status CheckLeaseRoom(const std::string& ns, uint64_t entries) const {
     const std::optional<uint32_t> id = FindNamespace(ns);
     if (!id.has_value()) return Status::Ok();
-    const uint64_t held = leases.held(*id).entries;
-    if (held + entries > opts.max_leased_entries_per_namespace) {
-      return LeaseRefused(ns, "its leases hold " + std::to_string(held) + " entries; " +
-                                  std::to_string(entries) + " more would pass the " +
-                                  std::to_string(opts.max_leased_entries_per_namespace) +
-                                  " allowed");
+    if (std::string why = PastLeaseLimits(*id, entries, 0); !why.empty()) {
+      return LeaseRefused(ns, why);
     }
-    if (std::string why = PastHeldShare(*id, bytes); !why.empty()) return LeaseRefused(ns, why);
     return Status::Ok();
   }
 
@@ -1308,11 +1327,9 @@ class CacheStore::PrefixLookup {
       rec.granted = start_;
       rec.expiry = start_ + lease_ttl_;
       rec.entries = hits_;
-      // This match's pins are counted already, so matches running at once
+      // This match's pins are counted already, so leases granted at once
       // see each other's and cannot pass the share together.
-      std::string why = s_.PastHeldShare(*ns_, 0);
-      Result<LeaseId> lease = why.empty() ? s_.leases.Grant(rec, s_.LeaseLimitsFor(*ns_))
-                                          : Result<LeaseId>(ResourceExhausted(why));
+      Result<LeaseId> lease = s_.leases.Grant(rec, s_.LeaseLimitsFor(*ns_));
       if (!lease.ok()) {
         Abandon();
         return Impl::LeaseRefused(ns_name_, lease.status().message());
@@ -1422,7 +1439,7 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, blocks));
   const ChainRoot root{caller.ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
-  if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1, 0));
+  if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1));
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens, static_cast<uint32_t>(blocks),
                       req.take_lease, req.lease_ttl);
   // Hash block by block and stop at the first miss: the rest of the prompt
@@ -1441,7 +1458,7 @@ Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKe
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
   if (req.take_lease) {
-    STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1, 0));  // + SWA
+    STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1));  // + SWA
   }
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
                       static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl,
@@ -1706,9 +1723,6 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     Status st = s.ValidateCommitBlock(blocks[i], &layouts[i]);
     if (!st.ok()) return Status(st.code(), "block " + std::to_string(i) + ": " + st.message());
   }
-  uint64_t payload_bytes = 0;
-  for (const CommitBlock& b : blocks) payload_bytes += b.payload_bytes;
-  STRATA_RETURN_IF_ERROR(s.CheckLeaseRoom(caller.ns, blocks.size(), payload_bytes));
   const uint32_t ns = s.InternNamespace(caller.ns);
   const Nanos now = s.clock->Now();
 
@@ -1722,6 +1736,11 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
   rec.batch_size = static_cast<uint32_t>(blocks.size());
   {
     std::lock_guard lock(s.structure_mu);
+    // Refused before anything changes (an expired entry deleted, others
+    // evicted to make room); the grant below makes the exact check.
+    if (std::string why = s.PastReserveLimitsLocked(ns, blocks, now); !why.empty()) {
+      return Impl::LeaseRefused(caller.ns, why);
+    }
     auto undo = [&] {
       for (const EntryRef& ref : rec.entries) s.EraseLocked(ref.entry);
     };
@@ -1782,19 +1801,23 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       out.blocks[i].state = ReserveState::kReserved;
       out.blocks[i].buffer = s.arena->Bytes(e->extent, e->payload_bytes);
     }
+    if (!rec.entries.empty()) {
+      // Granted under structure_mu, so a concurrent reservation's check
+      // above counts this one's extents. Refused only if read leases
+      // pinned more meanwhile (or deleting an expired block took later
+      // blocks of the batch with it, which the check counted as present).
+      const Nanos expiry = rec.expiry;
+      Result<LeaseId> lease = s.leases.Grant(rec, s.LeaseLimitsFor(ns));
+      if (!lease.ok()) {
+        undo();  // no lease: nothing can have pinned them
+        return Impl::LeaseRefused(caller.ns, lease.status().message());
+      }
+      out.expiry = expiry;
+      out.write_lease = *lease;
+      s.m.leases_live_write->Add(1);
+    }
     s.m.used_bytes->Set(static_cast<int64_t>(s.arena->used_bytes()));
     s.EvictToWatermarkLocked(now);
-  }
-  if (!rec.entries.empty()) {
-    Result<LeaseId> lease = s.leases.Grant(rec, s.LeaseLimitsFor(ns));
-    if (!lease.ok()) {
-      std::lock_guard lock(s.structure_mu);
-      for (const EntryRef& ref : rec.entries) s.EraseReservedLocked(ref.entry);
-      return Impl::LeaseRefused(caller.ns, lease.status().message());
-    }
-    out.expiry = rec.expiry;
-    out.write_lease = *lease;
-    s.m.leases_live_write->Add(1);
   }
   return out;
 }
@@ -2252,6 +2275,19 @@ void CacheStore::FlushWriteBack() {
   if (s.ssd == nullptr) return;
   std::unique_lock lock(s.wb_mu);
   s.wb_idle_cv.wait(lock, [&] { return s.wb_queue.empty() && s.wb_busy == 0; });
+}
+
+LeaseHolding CacheStore::Holding(const Principal& caller) const {
+  const Impl& s = *impl_;
+  LeaseHolding h;
+  h.limit_bytes = s.HeldBytesLimit();
+  h.leased_entries_limit = s.opts.max_leased_entries_per_namespace;
+  if (const std::optional<uint32_t> ns = s.FindNamespace(caller.ns)) {
+    const HeldByLeases by_leases = s.leases.held(*ns);
+    h.held_bytes = s.ReadPinnedBytes(*ns) + by_leases.reserved_bytes;
+    h.leased_entries = by_leases.entries;
+  }
+  return h;
 }
 
 StoreStats CacheStore::Stats() const {

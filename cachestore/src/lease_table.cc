@@ -29,11 +29,17 @@ Result<LeaseId> LeaseTable::Grant(LeaseRecord& record, const LeaseLimits& limits
                              std::to_string(record.entries.size()) + " more would pass the " +
                              std::to_string(limits.entries) + " allowed");
   }
-  if (before.reserved_bytes + bytes > limits.reserved_bytes) {
-    return ResourceExhausted("its write leases reserve " + std::to_string(before.reserved_bytes) +
-                             " bytes; " + std::to_string(bytes) + " more would pass the " +
-                             std::to_string(limits.reserved_bytes) +
-                             " its share of the DRAM tier leaves them");
+  const uint64_t pinned =
+      limits.read_pinned_bytes == nullptr
+          ? 0
+          : static_cast<uint64_t>(std::max<int64_t>(limits.read_pinned_bytes->load(), 0));
+  if (pinned + before.reserved_bytes + bytes > limits.bytes) {
+    return ResourceExhausted("its leases hold " + std::to_string(pinned + before.reserved_bytes) +
+                             " bytes of the DRAM tier (" + std::to_string(pinned) +
+                             " pinned by reads, " + std::to_string(before.reserved_bytes) +
+                             " reserved); " + std::to_string(bytes) + " more would pass the " +
+                             std::to_string(limits.bytes) +
+                             " allowed (max_held_share_per_namespace)");
   }
   do {
     next_id_ = (next_id_ + 1) & kLeaseIdMask;  // 0 is "no lease"

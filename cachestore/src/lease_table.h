@@ -3,6 +3,7 @@
 // a lease be renewed, ended, or found expired.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -32,11 +33,14 @@ struct LeaseRecord {
 };
 
 // What one namespace's leases may hold at once: entries of every lease
-// (an entry in two leases counts twice: each costs a record here), and the
-// extents its write leases reserve.
+// (an entry in two leases counts twice: each costs a record here), and DRAM
+// bytes: what its read leases pin, counted by the store (each entry once,
+// as it is pinned, so before its lease is granted), plus the extents its
+// write leases reserve.
 struct LeaseLimits {
   uint64_t entries = UINT64_MAX;
-  uint64_t reserved_bytes = UINT64_MAX;
+  uint64_t bytes = UINT64_MAX;
+  const std::atomic<int64_t>* read_pinned_bytes = nullptr;  // none: 0
 };
 
 // What one namespace's leases hold, live or expired (until taken).
@@ -51,7 +55,9 @@ class LeaseTable {
   // Assigns an id and takes the record (moved from), unless the record's
   // namespace would then hold more than `limits` allow: RESOURCE_EXHAUSTED,
   // and the record is left as it was for the caller to release. The check
-  // and the grant are one step, so concurrent grants never overshoot.
+  // and the grant are one step, so concurrent grants never overshoot (a
+  // read lease's pins are counted before its grant: a reservation granted
+  // meanwhile sees them).
   Result<LeaseId> Grant(LeaseRecord& record, const LeaseLimits& limits);
   // Whether live-or-expired lease `id` of namespace `ns` is a write lease;
   // nullopt if unknown.

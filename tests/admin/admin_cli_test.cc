@@ -198,11 +198,18 @@ TEST_F(AdminCliTest, StatsCountWhatTheTestDid) {
   EXPECT_FALSE(F(F(a, "ssd"), "enabled").bool_value());
   EXPECT_TRUE(F(F(F(a, "dram"), "evictions"), "explicit").has_number_value());
   EXPECT_GT(Num(F(a, "uptime_ms")), 0);
-  // Only the operator is told which namespaces hold entries.
+  // The tenant's lease pins its two blocks and the SWA entry, once each.
+  const Value& held = F(a, "namespace_leases");
+  EXPECT_EQ(Num(F(held, "entries")), 3);
+  EXPECT_GE(Num(F(held, "held_bytes")), Num(F(F(a, "dram"), "payload_bytes")));
+  EXPECT_GT(Num(F(held, "limit_bytes")), Num(F(held, "held_bytes")));
+  // Only the operator is told which namespaces hold entries; it holds no
+  // leases of its own.
   EXPECT_FALSE(a.struct_value().fields().contains("namespaces"));
   const Value op = At(F(AdminJson(kOperator, {"stats"}), "nodes"), 0);
   ASSERT_EQ(Size(F(op, "namespaces")), 1);
   EXPECT_EQ(Str(At(F(op, "namespaces"), 0)), "tenant-a");
+  EXPECT_FALSE(op.struct_value().fields().contains("namespace_leases"));
 
   AdminRun human = Admin(kAdminA, {"stats", "--node", Str(F(a, "node_id"))});
   ASSERT_EQ(human.code, 0) << human.err;
@@ -212,6 +219,11 @@ TEST_F(AdminCliTest, StatsCountWhatTheTestDid) {
       << human.out;
   EXPECT_NE(human.out.find("live leases:       1 read, 0 write"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("2 global + 1 swa entries"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("3 of " +
+                           std::to_string(static_cast<uint64_t>(Num(F(held, "entries_limit")))) +
+                           " entries"),
+            std::string::npos)
+      << human.out;
   ASSERT_TRUE(store_a_->Abort(m->lease).ok());
 }
 

@@ -197,12 +197,22 @@ TEST_F(NodeTest, ATenantsLeasesHoldAtMostHalfTheTierWhenOthersShareIt) {
   const NodeProcess::Options small{0, {"dram_bytes=8MiB"}};
   StartNode(small);  // tenant-a and tenant-b
   EXPECT_NE(node_->Log().find("max_held_share_per_namespace auto"), std::string::npos);
+  EXPECT_EQ(NodeStats(*node_).lease_held_limit_bytes(), 4u << 20);
   auto store = Open(*node_, kTokenA.token);
   const Prompt big = MakePrompt(*store, 20, 31);
   auto refused = store->Commit(TestModel(), Payloads(big, 0, big.blocks.size(), false));
   ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
   // Half the tier is room enough for a smaller batch.
-  CommitAll(*store, MakePrompt(*store, 10, 32), false);
+  const Prompt small_prompt = MakePrompt(*store, 10, 32);
+  CommitAll(*store, small_prompt, false);
+  auto m = MatchPrompt(*store, small_prompt);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const v1::StatsResponse held = NodeStats(*node_);
+  EXPECT_GE(held.lease_held_bytes(), 10 * GlobalKv().PayloadBytes());
+  EXPECT_EQ(held.leased_entries(), 10u);
+  EXPECT_EQ(NodeStats(*node_, kTokenB.token).lease_held_bytes(), 0u);  // per namespace
+  ASSERT_TRUE(store->Abort(m->lease).ok());
+  EXPECT_EQ(NodeStats(*node_).lease_held_bytes(), 0u);
   store.reset();
   node_.reset();
   // With the node to itself, or with the operator's say-so, a tenant may

@@ -68,7 +68,15 @@ Json StatsJson(const std::string& address, const v1::StatsResponse& s) {
                              .Set("bytes_sent", s.data_plane_bytes_sent())
                              .Set("bytes_received", s.data_plane_bytes_received())
                              .Set("transports", std::move(transports)));
-  // Only an operator token is told every namespace with entries.
+  // A tenant's token is told its namespace's leases; only an operator
+  // token is told every namespace with entries.
+  if (s.lease_held_limit_bytes() > 0) {
+    j.Set("namespace_leases", Json::MakeObject()
+                                  .Set("held_bytes", s.lease_held_bytes())
+                                  .Set("limit_bytes", s.lease_held_limit_bytes())
+                                  .Set("entries", s.leased_entries())
+                                  .Set("entries_limit", s.leased_entries_limit()));
+  }
   if (s.namespaces_size() > 0) {
     Json namespaces = Json::MakeArray();
     for (const std::string& ns : s.namespaces()) namespaces.Push(ns);
@@ -108,6 +116,12 @@ void PrintStats(const std::string& address, const v1::StatsResponse& s) {
   }
   kv.Add("live leases",
          std::to_string(s.read_leases()) + " read, " + std::to_string(s.write_leases()) + " write");
+  if (s.lease_held_limit_bytes() > 0) {  // a tenant's token
+    kv.Add("namespace leases", FormatBytes(s.lease_held_bytes()) + " held of " +
+                                   FormatBytes(s.lease_held_limit_bytes()) + " allowed, " +
+                                   std::to_string(s.leased_entries()) + " of " +
+                                   std::to_string(s.leased_entries_limit()) + " entries");
+  }
   kv.Add("checksum failures", std::to_string(s.checksum_failures() + s.ssd_checksum_failures()));
   kv.Add("data plane", FormatBytes(s.data_plane_bytes_sent()) + " sent, " +
                            FormatBytes(s.data_plane_bytes_received()) + " received");

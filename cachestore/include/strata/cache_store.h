@@ -155,6 +155,15 @@ struct StoreStats {
   uint64_t ssd_promotions = 0;         // SSD reads into DRAM
 };
 
+// What one namespace's live leases hold against its limits
+// (max_leased_entries_per_namespace, max_held_share_per_namespace).
+struct LeaseHolding {
+  uint64_t held_bytes = 0;  // DRAM its read leases pin (each entry once) and write leases reserve
+  uint64_t limit_bytes = 0;
+  uint64_t leased_entries = 0;  // per lease: an entry in two leases counts twice
+  uint64_t leased_entries_limit = 0;
+};
+
 struct MaintenanceReport {
   uint64_t expired_read_leases = 0;
   uint64_t expired_write_leases = 0;
@@ -237,6 +246,8 @@ class CacheStore {
   // failed). No-op without an SSD tier.
   void FlushWriteBack();
   StoreStats Stats() const;
+  // The caller's namespace's leases against its limits.
+  LeaseHolding Holding(const Principal& caller) const;
   MetricsRegistry& metrics() { return *metrics_; }
   const Clock& clock() const { return *clock_; }
 

@@ -43,6 +43,12 @@ class DramArena {
   }
   std::byte* base() const { return base_; }
   uint64_t capacity_bytes() const { return capacity_; }
+  // The length of the extent Allocate(bytes) returns (the granule is
+  // const after construction: no lock).
+  uint64_t ExtentBytes(uint64_t bytes) const {
+    const uint64_t granule = alloc_.granule_bytes();
+    return (bytes + granule - 1) / granule * granule;
+  }
   // Lock-free read of the allocator's count, for watermarks and gauges.
   uint64_t used_bytes() const { return used_.load(std::memory_order_relaxed); }
   uint64_t allocated_extents() const;

@@ -329,6 +329,12 @@ grpc::Status CacheStoreService::Stats(grpc::ServerContext* ctx, const v1::StatsR
     }
     if (p.ns == kOperatorNamespace) {
       for (const std::string& ns : s_.store->Namespaces()) resp->add_namespaces(ns);
+    } else {  // a tenant's own leases (the operator holds none)
+      const LeaseHolding held = s_.store->Holding(p);
+      resp->set_lease_held_bytes(held.held_bytes);
+      resp->set_lease_held_limit_bytes(held.limit_bytes);
+      resp->set_leased_entries(held.leased_entries);
+      resp->set_leased_entries_limit(held.leased_entries_limit);
     }
     AddAdminStats(s_, *s_.store, st, resp);
     return Status::Ok();
