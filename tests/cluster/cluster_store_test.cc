@@ -313,6 +313,40 @@ TEST_F(ClusterStoreTest, ReserveAndPublishWriteEveryReplica) {
   for (const auto& node : nodes_) EXPECT_EQ(NodeStats(*node).reserved_entries(), 0u);
 }
 
+TEST_F(ClusterStoreTest, AnOversizedBlockIsRefusedBeforeAnyNodeIsAsked) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 12, 4);
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(p, 0, 12, false)) blocks.push_back(c.block);
+  // A block placed on another node than block 0's: that node refuses its
+  // call while block 0's node answers.
+  size_t other = 1;
+  while (other < blocks.size() && Owner(p.keys[other]) == Owner(p.keys[0])) ++other;
+  ASSERT_LT(other, blocks.size());
+  blocks[other].payload_bytes = uint64_t{1} << 62;
+  auto r = store->Reserve(TestModel(), blocks, 0);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  for (const auto& node : nodes_) EXPECT_EQ(NodeStats(*node).reserved_entries(), 0u);
+}
+
+TEST_F(ClusterStoreTest, NodesWhoseHitsLiePastThePrefixKeepNoLease) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1);
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 12, 5);
+  // Every block but the first: the nodes hold hits, the prefix is empty.
+  auto committed = store->Commit(TestModel(), Payloads(p, 1, 12, false));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  ASSERT_GT(committed->published, 0u);
+  auto m = MatchPrompt(*store, p, /*lease=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->blocks.empty());
+  // Releases travel with each node client's next call.
+  ASSERT_TRUE(MatchPrompt(*store, p, /*lease=*/false).ok());
+  for (const auto& node : nodes_) EXPECT_EQ(NodeStats(*node).read_leases(), 0u);
+  store->Release(m->lease);
+}
+
 TEST_F(ClusterStoreTest, AReservationLeftAlonePastItsLeaseIsDroppedNotPublished) {
   auto store = OpenCluster(MakeStaticMembership(Infos()), 2);
   ASSERT_NE(store, nullptr);

@@ -367,6 +367,24 @@ TEST_F(EtcdMembershipTest, LostLeaseReRegisters) {
   EXPECT_TRUE(WaitFor([&] { return m->Nodes().size() == 1; }, milliseconds(5000)));
 }
 
+TEST_F(EtcdMembershipTest, ADeletedKeyIsPutBackUnderTheLiveLease) {
+  auto m = Open();
+  ASSERT_NE(m, nullptr);
+  auto r = Register("node-k");
+  ASSERT_TRUE(WaitFor([&] { return m->Nodes().size() == 1; }, milliseconds(5000)));
+  const int64_t lease = r->lease_id();
+  // Someone deletes the key but the lease lives on: the node would serve
+  // unseen. The registration notices at its next keep-alive.
+  auto c = Connect({etcd_->endpoint()});
+  ASSERT_EQ(c->Delete(cluster::NodeKey("test", "node-k")).value(), 1);
+  EXPECT_TRUE(WaitFor([&] { return r->registrations() == 2; }, milliseconds(5000)));
+  EXPECT_TRUE(WaitFor([&] { return m->Nodes().size() == 1; }, milliseconds(5000)));
+  EXPECT_EQ(r->lease_id(), lease);
+  auto kv = c->Get(cluster::NodeKey("test", "node-k"));
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(kv->lease, lease);
+}
+
 TEST_F(EtcdMembershipTest, EmptyEtcdAfterRestartGetsEveryoneBack) {
   auto m = Open();
   ASSERT_NE(m, nullptr);

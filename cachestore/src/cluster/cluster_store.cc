@@ -387,6 +387,21 @@ class ClusterStore final : public Store {
       out.swa = SwaMatch{static_cast<uint32_t>(swa_boundary), lease->swa.front().block};
     }
     holders.resize(usable);
+    // A node whose hits all lie past the prefix serves none of it: its
+    // lease ends now instead of pinning those entries until it expires.
+    std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> unused;
+    std::erase_if(lease->parts, [&](const auto& part) {
+      const auto serves = [&](const Holder& h) {
+        return h.node == part.first && h.lease == part.second;
+      };
+      for (const std::vector<Holder>& block : holders) {
+        if (std::any_of(block.begin(), block.end(), serves)) return false;
+      }
+      if (std::any_of(lease->swa.begin(), lease->swa.end(), serves)) return false;
+      unused.push_back(part);
+      return true;
+    });
+    ReleaseParts(unused);
     lease->holders = std::move(holders);
     if (!lease->parts.empty()) {
       out.lease = next_lease_.fetch_add(1);
@@ -408,6 +423,16 @@ class ClusterStore final : public Store {
                               Nanos write_lease_ttl) override {
     if (blocks.empty() || blocks.size() > kMaxBlocksPerCall) {
       return InvalidArgument("reserve needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
+    }
+    // Checked here too: a block every replica refuses still gets a staging
+    // buffer of its size (so Publish can report it), and the nodes check
+    // only the blocks placed on them.
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (blocks[b].payload_bytes == 0 || blocks[b].payload_bytes > kMaxPayloadBytes) {
+        return InvalidArgument("block " + std::to_string(b) + ": payload of " +
+                               std::to_string(blocks[b].payload_bytes) + " bytes; must be 1.." +
+                               std::to_string(kMaxPayloadBytes));
+      }
     }
     const std::shared_ptr<const View> view = Snapshot();
     std::vector<WritePart> parts;
@@ -698,11 +723,7 @@ class ClusterStore final : public Store {
       (void)Abort(lease_id);
       return;
     }
-    // Queued, not sent: even a node being skipped takes it.
-    for (const auto& [node, lease] : read->parts) {
-      Result<std::shared_ptr<NodeClient>> client = Client(*node, /*probe=*/false);
-      if (client.ok()) (*client)->Release(lease);  // else it ends at its expiry
-    }
+    ReleaseParts(read->parts);
   }
 
  private:
@@ -969,6 +990,16 @@ class ClusterStore final : public Store {
       if (p.reservation.write_lease != 0) parts.emplace_back(p.node, p.reservation.write_lease);
     }
     AbortParts(parts);
+  }
+
+  // Ends read leases on their nodes without a round trip: each node
+  // client sends the release with its next call (queued, not sent, so even
+  // a node being skipped takes it).
+  void ReleaseParts(const std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>>& parts) {
+    for (const auto& [node, lease] : parts) {
+      Result<std::shared_ptr<NodeClient>> client = Client(*node, /*probe=*/false);
+      if (client.ok()) (*client)->Release(lease);  // else it ends at its expiry
+    }
   }
 
   void AbortParts(const std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>>& parts) {

@@ -145,6 +145,7 @@ void NodeRegistration::Run() {
           last_renewed = Clock::now();
           next_keepalive = last_renewed + keepalive_every;
           outage_logged = false;
+          st = CheckKey(lease, draining);
         } else {
           next_keepalive = Clock::now() + kRetryInterval;
         }
@@ -171,6 +172,37 @@ void NodeRegistration::Run() {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, pause, [&] { return stopping_; });
   }
+}
+
+// A live lease does not keep the key: an operator's delete, or a second
+// node started with this node id, takes it away, and the node would serve
+// on unseen. A missing key is put back; one held by another lease is the
+// other node's, so it is reported, not fought over.
+Status NodeRegistration::CheckKey(int64_t lease, bool draining) {
+  Result<EtcdKeyValue> kv = client_->Get(key_);
+  if (kv.ok()) {
+    if (kv->lease != lease && !key_taken_logged_) {
+      spdlog::error(
+          "event=etcd_key_taken key={} lease={} other_lease={}: another node "
+          "registered with this node id",
+          key_, lease, kv->lease);
+      key_taken_logged_ = true;
+    } else if (kv->lease == lease) {
+      key_taken_logged_ = false;
+    }
+    return Status::Ok();
+  }
+  if (kv.status().code() != StatusCode::kNotFound) return kv.status();
+  NodeRecord record = options_.record;
+  record.info.draining = draining;
+  STRATA_RETURN_IF_ERROR(client_->Put(key_, EncodeNodeRecord(record), lease));
+  {
+    std::lock_guard lock(mu_);
+    written_draining_ = draining;
+    ++registrations_;
+  }
+  spdlog::warn("event=etcd_key_restored key={} lease={}", key_, lease);
+  return Status::Ok();
 }
 
 Status NodeRegistration::Deregister() {

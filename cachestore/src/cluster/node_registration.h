@@ -51,7 +51,8 @@ class NodeRegistration {
   // Whether the record is in etcd under a live lease, as of the last
   // successful round trip.
   bool registered() const;
-  // How many times a lease was granted and the record written.
+  // How many times the record was written afresh: under a new lease, or
+  // put back after someone deleted the key.
   uint64_t registrations() const;
   int64_t lease_id() const;
 
@@ -59,6 +60,8 @@ class NodeRegistration {
   explicit NodeRegistration(NodeRegistrationOptions options, std::unique_ptr<EtcdClient> client);
   void Run();
   Status Register();
+  // Puts the record back under `lease` if the key is gone.
+  Status CheckKey(int64_t lease, bool draining);
   bool Stopping();
 
   const NodeRegistrationOptions options_;
@@ -72,6 +75,7 @@ class NodeRegistration {
   int64_t lease_ = 0;  // 0: not registered
   bool written_draining_ = false;
   uint64_t registrations_ = 0;
+  bool key_taken_logged_ = false;  // the keep-alive thread's
   std::thread thread_;
 };
 
