@@ -152,6 +152,13 @@ class ClusterStoreTest : public ::testing::Test {
     return out;
   }
 
+  // The first `n` GLOBAL_KV blocks of `p`, to reserve.
+  static std::vector<CommitBlock> Blocks(const Prompt& p, size_t n) {
+    std::vector<CommitBlock> blocks;
+    for (const CommitPayload& c : Payloads(p, 0, n, false)) blocks.push_back(c.block);
+    return blocks;
+  }
+
   // The node a key's first replica goes to.
   size_t Owner(const ChainKey& key) const {
     size_t best = 0;
@@ -281,8 +288,7 @@ TEST_F(ClusterStoreTest, ReserveAndPublishWriteEveryReplica) {
   auto store = OpenCluster(MakeStaticMembership(Infos()), 2);
   ASSERT_NE(store, nullptr);
   const Prompt p = MakePrompt(*store, 12, 2);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : Payloads(p, 0, 12, false)) blocks.push_back(c.block);
+  std::vector<CommitBlock> blocks = Blocks(p, 12);
   auto r = store->Reserve(TestModel(), blocks, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_NE(r->write_lease, 0u);
@@ -317,8 +323,7 @@ TEST_F(ClusterStoreTest, AnOversizedBlockIsRefusedBeforeAnyNodeIsAsked) {
   auto store = OpenCluster(MakeStaticMembership(Infos()), 1);
   ASSERT_NE(store, nullptr);
   const Prompt p = MakePrompt(*store, 12, 4);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : Payloads(p, 0, 12, false)) blocks.push_back(c.block);
+  std::vector<CommitBlock> blocks = Blocks(p, 12);
   // A block placed on another node than block 0's: that node refuses its
   // call while block 0's node answers.
   size_t other = 1;
@@ -351,8 +356,7 @@ TEST_F(ClusterStoreTest, AReservationLeftAlonePastItsLeaseIsDroppedNotPublished)
   auto store = OpenCluster(MakeStaticMembership(Infos()), 2);
   ASSERT_NE(store, nullptr);
   const Prompt p = MakePrompt(*store, 4, 3);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : Payloads(p, 0, 4, false)) blocks.push_back(c.block);
+  std::vector<CommitBlock> blocks = Blocks(p, 4);
   const auto first_two = std::span<const CommitBlock>(blocks).first(2);
   auto abandoned = store->Reserve(TestModel(), first_two, 100 * kNanosPerMilli);
   ASSERT_TRUE(abandoned.ok()) << abandoned.status().ToString();
