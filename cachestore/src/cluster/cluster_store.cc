@@ -993,8 +993,8 @@ class ClusterStore final : public Store {
   }
 
   // Ends read leases on their nodes without a round trip: each node
-  // client sends the release with its next call (queued, not sent, so even
-  // a node being skipped takes it).
+  // client queues the release for its next call or its flusher, so even a
+  // node being skipped takes it.
   void ReleaseParts(const std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>>& parts) {
     for (const auto& [node, lease] : parts) {
       Result<std::shared_ptr<NodeClient>> client = Client(*node, /*probe=*/false);

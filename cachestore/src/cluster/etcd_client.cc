@@ -430,16 +430,16 @@ class PrefixWatch final : public EtcdWatch {
   // compaction) or we stop. True when the stream was established.
   bool WatchFrom(int64_t revision) {
     auto ctx = std::make_shared<grpc::ClientContext>();
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) return false;
-      ctx_ = ctx;
-    }
     // What etcd's own client sends (WithRequireLeader): a member cut off
     // from its cluster's leader then ends the stream ("no leader"), and the
     // next listing goes to a member that has one. Without it the stream
     // would stay open and silent, and membership would freeze.
     ctx->AddMetadata("hasleader", "true");
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return false;
+      ctx_ = ctx;
+    }
     std::shared_ptr<Endpoint> ep =
         impl_->endpoints[impl_->preferred.load() % impl_->endpoints.size()]->Get();
     auto stream = ep->watch->Watch(ctx.get());

@@ -145,7 +145,13 @@ void NodeRegistration::Run() {
           last_renewed = Clock::now();
           next_keepalive = last_renewed + keepalive_every;
           outage_logged = false;
-          st = CheckKey(lease, draining);
+          // Only a lease found gone counts against it; a failed check
+          // is tried again at the next keep-alive.
+          if (Status key = CheckKey(lease, draining); key.code() == StatusCode::kLeaseExpired) {
+            st = key;
+          } else if (!key.ok()) {
+            spdlog::warn("event=etcd_key_check_failed key={} error=\"{}\"", key_, key.ToString());
+          }
         } else {
           next_keepalive = Clock::now() + kRetryInterval;
         }
@@ -177,7 +183,9 @@ void NodeRegistration::Run() {
 // A live lease does not keep the key: an operator's delete, or a second
 // node started with this node id, takes it away, and the node would serve
 // on unseen. A missing key is put back; one held by another lease is the
-// other node's, so it is reported, not fought over.
+// other node's, so it is reported, not fought over (but a node taking the
+// key between the Get and the Put is overwritten once: the client has no
+// transactions yet).
 Status NodeRegistration::CheckKey(int64_t lease, bool draining) {
   Result<EtcdKeyValue> kv = client_->Get(key_);
   if (kv.ok()) {
