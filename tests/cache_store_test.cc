@@ -723,8 +723,13 @@ TEST(CacheStoreBackgroundTest, MaintenanceThreadExpiresLeases) {
                  StateKind::kGlobalKv, testing::kTinyGlobalLayout,
                  TinyGlobalLayout().PayloadBytes(), std::nullopt};
   ASSERT_TRUE(store->Reserve(p, TestModel(), std::span(&cb, 1), 20 * kNanosPerMilli).ok());
-  // Bounded wait for the background thread (it runs every 5 ms).
-  for (int i = 0; i < 400 && store->Stats().write_leases != 0; ++i) {
+  // Bounded wait for the background thread (it runs every 5 ms). The lease
+  // leaves the table a moment before its reservation's bytes are freed.
+  const auto released = [&] {
+    const StoreStats st = store->Stats();
+    return st.write_leases == 0 && st.used_bytes == 0;
+  };
+  for (int i = 0; i < 400 && !released(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(store->Stats().write_leases, 0u);
