@@ -132,6 +132,11 @@ TEST(WireTest, MalformedMessagesAreInvalidArgument) {
   m = EncodeMatchRequest({});
   m.set_lease_ttl_ms(3'600'000);
   EXPECT_EQ(DecodeMatchRequest(m, &d).code(), StatusCode::kInvalidArgument);
+  for (uint32_t block_tokens : {0u, kMaxBlockTokens + 1}) {
+    m = EncodeMatchRequest({});
+    m.set_block_tokens(block_tokens);
+    EXPECT_EQ(DecodeMatchRequest(m, &d).code(), StatusCode::kInvalidArgument) << block_tokens;
+  }
 
   v1::ReserveRequest r;
   ModelId model;
@@ -145,6 +150,13 @@ TEST(WireTest, MalformedMessagesAreInvalidArgument) {
   r.mutable_blocks(0)->set_kind(v1::GLOBAL_KV);
   r.mutable_blocks(0)->set_parent_key("p");
   EXPECT_EQ(DecodeReserveRequest(r, &model, &blocks, &ttl).code(), StatusCode::kInvalidArgument);
+  // A bad key names its block: a reserve carries up to kMaxBlocksPerCall.
+  r.mutable_blocks(0)->clear_parent_key();
+  *r.add_blocks() = r.blocks(0);
+  r.mutable_blocks(1)->set_key("short");
+  const Status short_key = DecodeReserveRequest(r, &model, &blocks, &ttl);
+  EXPECT_EQ(short_key.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(short_key.message().find("block 1: key"), std::string::npos) << short_key.ToString();
 
   // The packed arrays of a match answer must agree in length.
   MatchResult two;

@@ -626,18 +626,25 @@ struct CacheStore::Impl {
   // a reservation evicts other entries to make room); LeaseTable::Grant
   // makes the exact check.
   std::string PastLeaseLimits(uint32_t ns, uint64_t entries, uint64_t bytes) const {
-    const HeldByLeases by_leases = leases.held(ns);
-    if (by_leases.entries + entries > opts.max_leased_entries_per_namespace) {
-      return "its leases hold " + std::to_string(by_leases.entries) + " entries; " +
+    const LeaseHolding h = HoldingOf(ns);
+    if (h.leased_entries + entries > h.leased_entries_limit) {
+      return "its leases hold " + std::to_string(h.leased_entries) + " entries; " +
              std::to_string(entries) + " more would pass the " +
-             std::to_string(opts.max_leased_entries_per_namespace) + " allowed";
+             std::to_string(h.leased_entries_limit) + " allowed";
     }
-    const uint64_t held = ReadPinnedBytes(ns) + by_leases.reserved_bytes;
-    const uint64_t limit = HeldBytesLimit();
-    if (held + bytes <= limit) return {};
-    return "its leases hold " + std::to_string(held) + " bytes of the DRAM tier; " +
-           std::to_string(bytes) + " more would pass the " + std::to_string(limit) +
+    if (h.held_bytes + bytes <= h.limit_bytes) return {};
+    return "its leases hold " + std::to_string(h.held_bytes) + " bytes of the DRAM tier; " +
+           std::to_string(bytes) + " more would pass the " + std::to_string(h.limit_bytes) +
            " allowed (max_held_share_per_namespace)";
+  }
+
+  // What namespace `ns` (interned) holds through leases, against its limits.
+  LeaseHolding HoldingOf(uint32_t ns) const {
+    const HeldByLeases by_leases = leases.held(ns);
+    return {.held_bytes = ReadPinnedBytes(ns) + by_leases.reserved_bytes,
+            .limit_bytes = HeldBytesLimit(),
+            .leased_entries = by_leases.entries,
+            .leased_entries_limit = opts.max_leased_entries_per_namespace};
   }
 
   // Why the extents a reservation of `blocks` would take now (those not
@@ -1168,24 +1175,6 @@ Status CacheStore::RegisterLayout(const Layout& layout) {
 
 // ---- match ------------------------------------------------------------------
 
-namespace {
-
-Status ValidateMatchOptions(uint32_t block_tokens, Nanos lease_ttl, size_t blocks) {
-  if (block_tokens < kMinBlockTokens || block_tokens > kMaxBlockTokens) {
-    return InvalidArgument("block_tokens must be in 1.." + std::to_string(kMaxBlockTokens));
-  }
-  if (lease_ttl < 0 || lease_ttl > kMaxLeaseTtl) {
-    return InvalidArgument("lease ttl outside 0.." + std::to_string(kMaxLeaseTtl) + " ns");
-  }
-  if (blocks > kMaxBlocksPerCall) {
-    return InvalidArgument("prompt spans more than " + std::to_string(kMaxBlocksPerCall) +
-                           " blocks");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
 // One match in progress: looks blocks up in order, pins them if asked, then
 // touches, leases and accounts for them. Shared by Match and MatchKeys.
 class CacheStore::PrefixLookup {
@@ -1436,7 +1425,7 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
                            " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
   }
   const size_t blocks = req.block_tokens == 0 ? 0 : req.tokens.size() / req.block_tokens;
-  STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, blocks));
+  STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, blocks));
   const ChainRoot root{caller.ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
   if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1));
@@ -1456,7 +1445,7 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
 
 Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKeysRequest& req) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
-  STRATA_RETURN_IF_ERROR(ValidateMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
+  STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
   if (req.take_lease) {
     STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1));  // + SWA
   }
@@ -2279,15 +2268,10 @@ void CacheStore::FlushWriteBack() {
 
 LeaseHolding CacheStore::Holding(const Principal& caller) const {
   const Impl& s = *impl_;
-  LeaseHolding h;
-  h.limit_bytes = s.HeldBytesLimit();
-  h.leased_entries_limit = s.opts.max_leased_entries_per_namespace;
-  if (const std::optional<uint32_t> ns = s.FindNamespace(caller.ns)) {
-    const HeldByLeases by_leases = s.leases.held(*ns);
-    h.held_bytes = s.ReadPinnedBytes(*ns) + by_leases.reserved_bytes;
-    h.leased_entries = by_leases.entries;
-  }
-  return h;
+  if (const std::optional<uint32_t> ns = s.FindNamespace(caller.ns)) return s.HoldingOf(*ns);
+  // A namespace never seen holds nothing.
+  return {.limit_bytes = s.HeldBytesLimit(),
+          .leased_entries_limit = s.opts.max_leased_entries_per_namespace};
 }
 
 StoreStats CacheStore::Stats() const {

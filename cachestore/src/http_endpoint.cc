@@ -9,6 +9,12 @@
 #include <thread>
 
 namespace strata {
+namespace {
+
+// A body the endpoint would read at all (a GET's, where a client sends one).
+constexpr size_t kMaxRequestBodyBytes = 4096;
+
+}  // namespace
 
 Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
     const std::string& listen, std::function<std::string()> render_metrics,
@@ -25,6 +31,24 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<HttpEndpoint> ep(new HttpEndpoint());
   ep->server_ = std::make_unique<httplib::Server>();
+  // Only GET and HEAD are served. Anything else is refused before its body
+  // is read: cpp-httplib 0.11 reads (and inflates, for gzip or br) a body
+  // whole before it looks for a handler, and allows any size by default.
+  ep->server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_header("Connection", "close");
+    res.set_content("only GET and HEAD are served\n", "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  ep->server_->set_payload_max_length(kMaxRequestBodyBytes);
+  // A client that stalls mid-request gives its thread back sooner (the
+  // library has no deadline for a whole request).
+  ep->server_->set_read_timeout(std::chrono::seconds(2));
+  ep->server_->set_keep_alive_max_count(16);
   ep->server_->Get("/metrics", [render = std::move(render_metrics)](const httplib::Request&,
                                                                     httplib::Response& res) {
     res.set_content(render(), "text/plain; version=0.0.4");

@@ -33,6 +33,22 @@ Result<std::vector<CommitBlock>> CommitBlocksOf(std::span<const CommitPayload> p
   return blocks;
 }
 
+Status CheckMatchOptions(uint32_t block_tokens, Nanos lease_ttl, size_t blocks) {
+  if (block_tokens < kMinBlockTokens || block_tokens > kMaxBlockTokens) {
+    return InvalidArgument("block_tokens must be in " + std::to_string(kMinBlockTokens) + ".." +
+                           std::to_string(kMaxBlockTokens) + ", got " +
+                           std::to_string(block_tokens));
+  }
+  if (lease_ttl < 0 || lease_ttl > kMaxLeaseTtl) {
+    return InvalidArgument("lease ttl outside 0.." + std::to_string(kMaxLeaseTtl) + " ns");
+  }
+  if (blocks > kMaxBlocksPerCall) {
+    return InvalidArgument("prompt spans more than " + std::to_string(kMaxBlocksPerCall) +
+                           " blocks");
+  }
+  return Status::Ok();
+}
+
 Status CheckFetchRequest(const FetchRequest& req, bool* want_swa) {
   *want_swa = false;
   if (req.match == nullptr) return InvalidArgument("fetch needs a match result");

@@ -1,6 +1,8 @@
 #include "strata/wire.h"
 
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include <google/protobuf/unknown_field_set.h>
 
@@ -13,7 +15,7 @@ std::string Bytes(const D& d) {
 }
 
 template <typename D>
-Status Digest(const std::string& s, const char* what, D* out) {
+Status Digest(const std::string& s, std::string_view what, D* out) {
   if (s.size() != out->bytes.size()) {
     return InvalidArgument(std::string(what) + " must be 16 bytes, got " +
                            std::to_string(s.size()));
@@ -153,7 +155,8 @@ Status DecodeMatchRequest(const v1::MatchRequest& in, DecodedMatch* out) {
   r.want_swa = in.want_swa();
   r.take_lease = in.take_lease();
   r.independent_keys = in.independent_keys();
-  return Ttl(in.lease_ttl_ms(), &r.lease_ttl);
+  STRATA_RETURN_IF_ERROR(Ttl(in.lease_ttl_ms(), &r.lease_ttl));
+  return CheckMatchOptions(r.block_tokens, r.lease_ttl, r.keys.size());
 }
 
 v1::MatchResponse EncodeMatchResult(const MatchResult& m) {
@@ -251,16 +254,17 @@ Status DecodeReserveRequest(const v1::ReserveRequest& in, ModelId* model,
   for (int i = 0; i < in.blocks_size(); ++i) {
     const v1::CommitBlock& b = in.blocks(i);
     CommitBlock& o = (*blocks)[static_cast<size_t>(i)];
-    STRATA_RETURN_IF_ERROR(Digest(b.key(), "key", &o.key));
+    const std::string block = "block " + std::to_string(i) + ": ";
+    STRATA_RETURN_IF_ERROR(Digest(b.key(), block + "key", &o.key));
     if (b.kind() != v1::GLOBAL_KV && b.kind() != v1::SWA_STATE) {
-      return InvalidArgument("block " + std::to_string(i) + ": unknown state kind");
+      return InvalidArgument(block + "unknown state kind");
     }
     o.kind = b.kind() == v1::GLOBAL_KV ? StateKind::kGlobalKv : StateKind::kSwaState;
     o.layout_id = b.layout_id();
     o.payload_bytes = b.payload_bytes();
     if (!b.parent_key().empty()) {
       ChainKey parent;
-      STRATA_RETURN_IF_ERROR(Digest(b.parent_key(), "parent_key", &parent));
+      STRATA_RETURN_IF_ERROR(Digest(b.parent_key(), block + "parent_key", &parent));
       o.parent = parent;
     }
   }

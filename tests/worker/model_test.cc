@@ -172,6 +172,19 @@ TEST(SafetensorsTest, BadFilesNameTheTensor) {
   EXPECT_NE(ReadSafetensors(path).status().message().find("'x'"), std::string::npos);
   WriteRaw(path, R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16])", 16);
   EXPECT_FALSE(ReadSafetensors(path).ok());
+  // A shape whose element count passes 2^64 is larger than any file (its
+  // product must not wrap to 0 and pass as an empty tensor).
+  WriteRaw(path, R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+           0);
+  EXPECT_NE(ReadSafetensors(path).status().message().find("shape larger than the file"),
+            std::string::npos)
+      << ReadSafetensors(path).status().ToString();
+  // A header of a million tiny values is refused while it is parsed.
+  std::string many = R"({"x":[0)";
+  for (int i = 0; i < (1 << 20); ++i) many += ",0";
+  WriteRaw(path, many + "]}", 0);
+  EXPECT_NE(ReadSafetensors(path).status().message().find("values"), std::string::npos)
+      << ReadSafetensors(path).status().ToString();
   EXPECT_EQ(ReadSafetensors(TempPath("absent")).status().code(), StatusCode::kNotFound);
   std::remove(path.c_str());
 }

@@ -12,6 +12,10 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit
 constexpr uint64_t kMaxFileBytes = 64ull << 30;
+// JSON values a header may hold (a tensor takes about ten). Parsed values
+// take ~40 bytes each: a 100 MiB header of one-byte values would otherwise
+// take gigabytes before its structure is checked.
+constexpr uint64_t kMaxHeaderValues = 1ull << 20;
 
 // A small JSON reader, enough for a safetensors header: objects, arrays,
 // strings (with escapes), non-negative integers, true/false/null.
@@ -115,6 +119,9 @@ class JsonParser {
   }
   Result<Json> Parse(int depth) {
     if (depth > 8) return Error("nested too deeply");
+    if (++values_ > kMaxHeaderValues) {
+      return Error("more than " + std::to_string(kMaxHeaderValues) + " values");
+    }
     SkipSpace();
     if (pos_ >= s_.size()) return Error("unexpected end");
     const char c = s_[pos_];
@@ -169,6 +176,7 @@ class JsonParser {
 
   std::string_view s_;
   size_t pos_ = 0;
+  uint64_t values_ = 0;
 };
 
 void AppendJsonString(std::string& out, const std::string& s) {
@@ -195,8 +203,12 @@ Status TensorError(const std::string& name, const std::string& why) {
 }  // namespace
 
 uint64_t Tensor::Elements() const {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   uint64_t n = 1;
-  for (uint64_t d : shape) n *= d;
+  for (uint64_t d : shape) {
+    if (n > UINT64_MAX / d) return UINT64_MAX;  // saturates: larger than any file
+    n *= d;
+  }
   return n;
 }
 

@@ -150,6 +150,12 @@ struct FetchOutcome {
   Status status;  // first failure that cut the prefix short, OK otherwise
 };
 
+// The option checks every match makes (a node checks them as it decodes a
+// request, before the request changes anything): block_tokens within
+// kMinBlockTokens..kMaxBlockTokens, a lease ttl within 0..kMaxLeaseTtl, and
+// at most kMaxBlocksPerCall blocks.
+Status CheckMatchOptions(uint32_t block_tokens, Nanos lease_ttl, size_t blocks);
+
 // The argument checks every Store::Fetch makes: a match, no more buffers
 // than hit blocks, each big enough, and an SWA buffer that fits. Sets
 // *want_swa (an SWA buffer was given and the match has SWA state).
