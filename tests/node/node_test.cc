@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "node_test_util.h"
+#include "tampering_proxy.h"
 
 namespace strata::testing {
 namespace {
@@ -186,6 +187,8 @@ TEST_F(NodeTest, AutoOffersRmaOnlyWhenOneTenantHasTheNode) {
   const Status refused = OpenStore(node_->uri(), rma).status();
   EXPECT_NE(refused.message().find("active-message reads only"), std::string::npos)
       << refused.ToString();
+  // Not a node that is down (a cluster client would pass over it as one).
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
   RoundTrip(*node_, "auto", 3);  // active messages
   node_.reset();
   StartNode({}, {kTokenA, kTokenReadA, kTokenAdminA, kTokenOperator});
@@ -950,6 +953,73 @@ TEST_F(NodeTest, SsdLeasedMatchPromotesSsdOnlyBlocks) {
   EXPECT_TRUE(store->Abort(m->lease).ok());
 }
 
+TEST_F(NodeTest, AClientRefusesANodesInconsistentAnswersAndKeepsNothingOfThem) {
+  StartNode();
+  TamperingProxy proxy(node_->target());
+  ASSERT_FALSE(proxy.target().empty());
+  ClientOptions options;
+  options.token = kTokenA.token;
+  auto opened = OpenStore("strata://" + proxy.target(), options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const Prompt p = MakePrompt(store, 3, 61);
+  CommitAll(store, p);
+
+  // A match answer whose arrays disagree is refused, and the read lease
+  // the node granted with it is released, not left pinning until its TTL.
+  proxy.TamperMatch(
+      [](v1::MatchResponse* r) { r->mutable_blocks()->mutable_locations()->RemoveLast(); });
+  auto garbled = MatchPrompt(store, p);
+  EXPECT_FALSE(garbled.ok());
+  proxy.TamperMatch(nullptr);
+  uint64_t leases = 1;
+  for (int i = 0; i < 200 && leases != 0; ++i) {
+    leases = NodeStats(*node_).read_leases();
+    if (leases != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(leases, 0u);
+
+  // A block answered RESERVED without a write lease has no reservation to
+  // stage under: refused, never a buffer that is freed as it is handed out,
+  // nor a commit reported done whose bytes were never sent.
+  proxy.TamperReserve([](v1::ReserveResponse* r) { r->set_write_lease_id(0); });
+  const Prompt q = MakePrompt(store, 2, 62);
+  std::vector<CommitBlock> blocks;
+  for (const CommitPayload& c : Payloads(q, 0, 2, false)) blocks.push_back(c.block);
+  auto reserved = store.Reserve(TestModel(), blocks, 0);
+  EXPECT_EQ(reserved.status().code(), StatusCode::kInternal) << reserved.status().ToString();
+  // (Other blocks: q's are in flight under the reservation the node made.)
+  const Prompt r = MakePrompt(store, 2, 63);
+  auto committed = store.Commit(TestModel(), Payloads(r, 0, 2, false));
+  EXPECT_EQ(committed.status().code(), StatusCode::kInternal) << committed.status().ToString();
+}
+
+TEST_F(NodeTest, AClientWhoseTokenMovesToAnotherNamespaceWritesNothingThere) {
+  const int port = FreePort();
+  StartNode({.port = port, .settings = {}});
+  auto store = Open(*node_, kTokenA.token);
+  ASSERT_NE(store, nullptr);
+  CommitAll(*store, MakePrompt(*store, 2, 63));
+  EXPECT_EQ(node_->Terminate(), 0) << node_->Log();
+  // Restarted with the same token in tenant-b: the client's keys were
+  // derived under tenant-a, so it refuses the new node's data plane on
+  // every try, not only the first.
+  StartNode({.port = port, .settings = {}}, {{kTokenA.token, "tenant-b", "write"}});
+  const Prompt p = MakePrompt(*store, 2, 64);
+  bool reconnected = false;  // the control channel finds the new node first
+  for (int i = 0; i < 100 && !reconnected; ++i) {
+    reconnected = MatchPrompt(*store, p, /*lease=*/false).ok();
+    if (!reconnected) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(reconnected);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto committed = store->Commit(TestModel(), Payloads(p, 0, 2, false));
+    EXPECT_EQ(committed.status().code(), StatusCode::kInternal)
+        << attempt << ": " << committed.status().ToString();
+  }
+  EXPECT_EQ(NodeStats(*node_).global_kv_entries(), 0u);
+}
+
 TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {
   StartNode();
   auto store = Open(*node_, kTokenA.token);
@@ -972,18 +1042,22 @@ TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {
   // A malformed match ends nothing, not even the leases it names.
   auto held = MatchPrompt(*store, p);
   ASSERT_TRUE(held.ok());
-  v1::MatchRequest garbled = req;
-  garbled.clear_release_leases();
-  garbled.add_release_leases(held->lease);
-  garbled.set_keys("not a multiple of 16 bytes");
-  EXPECT_EQ(RawCall(*node_, kTokenA.token,
-                    [&](auto ch, grpc::ClientContext* ctx) {
-                      v1::MatchResponse resp;
-                      return v1::CacheStore::NewStub(ch)->Match(ctx, garbled, &resp);
-                    })
-                .code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
+  v1::MatchRequest garbled_keys = req;
+  garbled_keys.set_keys("not a multiple of 16 bytes");
+  v1::MatchRequest no_block_tokens = req;  // refused by the store's checks too
+  no_block_tokens.set_block_tokens(0);
+  for (v1::MatchRequest garbled : {garbled_keys, no_block_tokens}) {
+    garbled.clear_release_leases();
+    garbled.add_release_leases(held->lease);
+    EXPECT_EQ(RawCall(*node_, kTokenA.token,
+                      [&](auto ch, grpc::ClientContext* ctx) {
+                        v1::MatchResponse resp;
+                        return v1::CacheStore::NewStub(ch)->Match(ctx, garbled, &resp);
+                      })
+                  .code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
+  }
   ASSERT_TRUE(store->Abort(held->lease).ok());
   for (int i = 0; i <= 64; ++i) req.add_release_leases(i);
   EXPECT_EQ(RawCall(*node_, kTokenA.token,

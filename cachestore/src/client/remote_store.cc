@@ -107,10 +107,7 @@ class RemoteStore final : public NodeClient {
   }
 
   Result<MatchResult> MatchKeys(const MatchKeysRequest& req) override {
-    if (req.keys.size() > kMaxBlocksPerCall) {
-      return InvalidArgument("match of " + std::to_string(req.keys.size()) + " keys exceeds " +
-                             std::to_string(kMaxBlocksPerCall));
-    }
+    STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
     v1::MatchRequest wire_req = wire::EncodeMatchRequest(req);
     {
       // Queued releases ride along (lost if the call fails: they expire).
@@ -130,7 +127,12 @@ class RemoteStore final : public NodeClient {
         Call([&](grpc::ClientContext* c) { return stub_->Match(c, wire_req, &resp); },
              /*idempotent=*/!req.take_lease));
     Result<MatchResult> result = wire::DecodeMatchResponse(resp);
-    if (!result.ok()) return result.status();
+    if (!result.ok()) {
+      // The node granted a lease with an answer we cannot use: end it now
+      // rather than leave its entries pinned for its TTL.
+      if (resp.lease_id() != 0) Release(resp.lease_id());
+      return result.status();
+    }
     result->model_id = req.model_id;
     result->block_tokens = req.block_tokens;
     result->prompt_blocks = static_cast<uint32_t>(req.keys.size());
@@ -399,18 +401,27 @@ class RemoteStore final : public NodeClient {
     dataplane::ClientOptions dp_options;
     dp_options.mode = mode_;
     dp_options.timeout = options_.timeout;
+    // Keys were derived under the first namespace: a node that now maps
+    // the token elsewhere gets no data plane from this client, ever.
+    if (!ns_.empty() && ns_ != resp.namespace_()) {
+      return Internal("the node now maps this token to namespace '" + resp.namespace_() +
+                      "', not '" + ns_ + "'");
+    }
     auto dp = dataplane::DataPlaneClient::Connect(info, dp_options);
-    if (!dp.ok())
-      return Unavailable("data plane to node " + resp.node_id() + ": " + dp.status().message());
+    if (!dp.ok()) {
+      // A mode the node does not allow is the caller's to fix, not a node
+      // that is down (the cluster client would skip it as one).
+      const StatusCode code = dp.status().code();
+      return Status(code == StatusCode::kPermissionDenied || code == StatusCode::kInvalidArgument
+                        ? code
+                        : StatusCode::kUnavailable,
+                    "data plane to node " + resp.node_id() + ": " + dp.status().message());
+    }
     dp_ = std::move(dp).value();
     dp_instance_ = resp.instance_id();
     seen_instance_.store(resp.instance_id());
     region_bytes_ = resp.region_bytes();
-    if (ns_.empty()) {
-      ns_ = resp.namespace_();  // set by Connect, before the store is shared
-    } else if (ns_ != resp.namespace_()) {
-      return Internal("the node now maps this token to another namespace");
-    }
+    if (ns_.empty()) ns_ = resp.namespace_();  // set by Connect, before the store is shared
     return Status::Ok();
   }
 
@@ -451,6 +462,11 @@ class RemoteStore final : public NodeClient {
           b.state() != v1::IN_FLIGHT) {
         if (resp->write_lease_id() != 0) (void)Abort(resp->write_lease_id());
         return Internal("reserve answered an unknown block state");
+      }
+      // Staging and publishing hang off the write lease: without one a
+      // reserved block could be neither written nor published.
+      if (b.state() == v1::RESERVED && resp->write_lease_id() == 0) {
+        return Internal("reserve answered a block reserved under no write lease");
       }
     }
     return Status::Ok();
@@ -522,15 +538,19 @@ class RemoteStore final : public NodeClient {
       leased = &*own;
     }
     bool mapped = false;
+    Status connected;
     {
       std::lock_guard lock(dp_mu_);
       Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
+      connected = dp.status();
       if (dp.ok() && (*dp)->MappedRegion() != nullptr) {
         mapped = true;
         FetchMapped((*dp)->MappedRegion(), match, *leased, req, n, want_swa, out);
       }
     }
-    if (!mapped) FetchInto(req, match, *leased, n, want_swa, out);
+    // No data plane: failed once, not asked for again (each try says Hello).
+    if (!connected.ok()) out.status = connected;
+    if (connected.ok() && !mapped) FetchInto(req, match, *leased, n, want_swa, out);
     if (own.has_value() && own->lease != 0) (void)Abort(own->lease);
     return out;
   }
@@ -627,6 +647,8 @@ class RemoteStore final : public NodeClient {
       if (const std::byte* src = source(e); src != nullptr) {
         std::memcpy(swa.bytes.data(), src, e.payload_bytes);
         swa_landed = true;
+      } else if (status.ok()) {
+        status = Internal("the SWA state's location lies outside the node's arena");
       }
     }
     FinishSwa(req, leased, want_swa, swa_ok, swa_landed, usable, swa, status, out);

@@ -24,6 +24,9 @@ using internal::RequestHeader;
 using internal::StatusFromUcs;
 using internal::SteadyNow;
 
+// Callers on any thread drive the worker, one at a time (Impl::mu).
+constexpr ucs_thread_mode_t kThreadMode = UCS_THREAD_MODE_SERIALIZED;
+
 struct DataPlaneClient::Impl {
   struct Call;
   // One op of the current call. UCX callbacks point at it, so it lives in its
@@ -218,7 +221,7 @@ struct DataPlaneClient::Impl {
   // DestroyWorker.
   Status OpenWorker() {
     if (ucx->worker == nullptr) {
-      Result<ucp_worker_h> worker = internal::CreateWorker(ucx->context);
+      Result<ucp_worker_h> worker = internal::CreateWorker(ucx->context, kThreadMode);
       if (!worker.ok()) return worker.status();
       ucx->worker = *worker;
     }
@@ -588,7 +591,7 @@ Result<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(const ServerIn
   auto impl = std::make_unique<Impl>();
   impl->server = server;
   impl->options = options;
-  auto ucx = internal::CreateUcxWorker(/*wakeup=*/false);
+  auto ucx = internal::CreateUcxWorker(/*wakeup=*/false, kThreadMode);
   if (!ucx.ok()) return ucx.status();
   impl->ucx = std::move(*ucx);
   Impl* raw = impl.get();

@@ -459,7 +459,7 @@ Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::spa
   impl->options = options;
   impl->host_id = HostId();
   impl->rdma_devices = DiscoverRdmaDevices();
-  auto ucx = internal::CreateUcxWorker(/*wakeup=*/true);
+  auto ucx = internal::CreateUcxWorker(/*wakeup=*/true, UCS_THREAD_MODE_SINGLE);
   if (!ucx.ok()) return ucx.status();
   impl->ucx = std::move(*ucx);
   ucp_context_h ctx = impl->ucx->context;

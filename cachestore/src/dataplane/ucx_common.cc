@@ -84,7 +84,7 @@ UcxWorker::~UcxWorker() {
   if (context != nullptr) ucp_cleanup(context);
 }
 
-Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup) {
+Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup, ucs_thread_mode_t thread_mode) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return StatusFromUcs(st, "ucp_config_read");
@@ -99,16 +99,16 @@ Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup) {
     handles->context = nullptr;
     return StatusFromUcs(st, "ucp_init (check UCX_TLS)");
   }
-  Result<ucp_worker_h> worker = CreateWorker(handles->context);
+  Result<ucp_worker_h> worker = CreateWorker(handles->context, thread_mode);
   if (!worker.ok()) return worker.status();
   handles->worker = *worker;
   return handles;
 }
 
-Result<ucp_worker_h> CreateWorker(ucp_context_h context) {
+Result<ucp_worker_h> CreateWorker(ucp_context_h context, ucs_thread_mode_t thread_mode) {
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wparams.thread_mode = thread_mode;
   ucp_worker_h worker = nullptr;
   ucs_status_t st = ucp_worker_create(context, &wparams, &worker);
   if (st != UCS_OK) return StatusFromUcs(st, "ucp_worker_create");

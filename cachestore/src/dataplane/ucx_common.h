@@ -74,10 +74,12 @@ Status StatusFromUcs(ucs_status_t status, const std::string& what);
 // Status codes arriving from the wire; unknown codes become INTERNAL.
 StatusCode StatusCodeFromWire(uint32_t code);
 
-// One context + one worker driven by one thread (UCS_THREAD_MODE_SINGLE).
-// Features: RMA | AM, plus WAKEUP when `wakeup` (the node sleeps on the
-// worker's event fd). Configuration (UCX_TLS, ...) comes from the
-// environment.
+// One context + one worker. `thread_mode`: UCS_THREAD_MODE_SINGLE for a
+// worker only its creating thread drives (the node's progress thread),
+// UCS_THREAD_MODE_SERIALIZED for one any thread may drive under a lock (a
+// client's, driven by whichever caller holds its mutex). Features: RMA | AM,
+// plus WAKEUP when `wakeup` (the node sleeps on the worker's event fd).
+// Configuration (UCX_TLS, ...) comes from the environment.
 struct UcxWorker {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
@@ -86,10 +88,9 @@ struct UcxWorker {
   UcxWorker& operator=(const UcxWorker&) = delete;
   ~UcxWorker();
 };
-Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup);
-// A further worker on `context` (UCS_THREAD_MODE_SINGLE), e.g. to replace
-// one that was destroyed.
-Result<ucp_worker_h> CreateWorker(ucp_context_h context);
+Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup, ucs_thread_mode_t thread_mode);
+// A further worker on `context`, e.g. to replace one that was destroyed.
+Result<ucp_worker_h> CreateWorker(ucp_context_h context, ucs_thread_mode_t thread_mode);
 
 // How long a client, after a failed or late call, waits for UCX to hand back
 // the requests it still holds before it drops its whole worker (2 s).
