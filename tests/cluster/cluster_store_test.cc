@@ -357,6 +357,42 @@ TEST_F(ClusterStoreTest, NodesWhoseHitsLiePastThePrefixKeepNoLease) {
   store->Release(m->lease);
 }
 
+TEST_F(ClusterStoreTest, ALeaseLastsAsLongAsTheNodeLeasesItKeeps) {
+  // A fourth node whose read leases are brief.
+  std::string error;
+  auto brief = NodeProcess::Start(dir_, {.settings = {"read_lease_ttl=1s"}}, &error);
+  ASSERT_NE(brief, nullptr) << error;
+  nodes_.push_back(std::move(brief));
+  const size_t brief_node = nodes_.size() - 1;
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1);
+  ASSERT_NE(store, nullptr);
+  // A prompt whose first two blocks go to the other nodes, and a later one
+  // to the brief node.
+  Prompt p;
+  bool found = false;
+  for (uint32_t seed = 0; seed < 500 && !found; ++seed) {
+    p = MakePrompt(*store, 12, 900 + seed);
+    found = Owner(p.keys[1]) != brief_node && Owner(p.keys[2]) != brief_node &&
+            OwnedBy(p, brief_node) > 0;
+  }
+  ASSERT_TRUE(found);
+  // Every block but the second: the prefix is the first block, and the
+  // brief node's hits all lie past it.
+  for (auto [first, last] : {std::pair<size_t, size_t>{0, 1}, {2, 12}}) {
+    auto committed = store->Commit(TestModel(), Payloads(p, first, last, false));
+    ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  }
+  const Nanos before = SteadyClock().Now();
+  auto m = MatchPrompt(*store, p, /*lease=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->blocks.size(), 1u);
+  ASSERT_NE(m->lease, 0u);
+  // The brief node's lease was released: it does not shorten the rest.
+  EXPECT_GT(m->lease_expiry - before, Seconds(5));
+  store->Release(m->lease);
+  ExpectNoReadLeasesSoon();
+}
+
 TEST_F(ClusterStoreTest, AReservationLeftAlonePastItsLeaseIsDroppedNotPublished) {
   auto store = OpenCluster(MakeStaticMembership(Infos()), 2);
   ASSERT_NE(store, nullptr);

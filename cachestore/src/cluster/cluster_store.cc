@@ -266,16 +266,7 @@ class ClusterStore final : public Store {
   }
 
   Result<MatchResult> MatchKeys(const MatchKeysRequest& req) override {
-    if (req.keys.size() > kMaxBlocksPerCall) {
-      return InvalidArgument("match of " + std::to_string(req.keys.size()) + " keys exceeds " +
-                             std::to_string(kMaxBlocksPerCall));
-    }
-    if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
-      return InvalidArgument("block_tokens must be in 1..65536");
-    }
-    if (req.lease_ttl < 0 || req.lease_ttl > kMaxLeaseTtl) {
-      return InvalidArgument("lease ttl must be in [0, 10m]");
-    }
+    STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
     const std::shared_ptr<const View> view = Snapshot();
     const size_t n = req.keys.size();
     MatchResult out;
@@ -316,7 +307,6 @@ class ClusterStore final : public Store {
 
     // Who holds what; a node that failed holds nothing.
     auto lease = std::make_shared<ReadLease>();
-    lease->expiry = std::numeric_limits<Nanos>::max();
     std::vector<std::vector<Holder>> holders(n);
     std::vector<std::pair<size_t, Holder>> swa_seen;  // (boundary, holder), per node
     Status first_error;
@@ -330,10 +320,7 @@ class ClusterStore final : public Store {
       }
       ++answered;
       const std::shared_ptr<NodeConn>& node = view->conns[i];
-      if (r->lease != 0) {
-        lease->parts.emplace_back(node, r->lease);
-        lease->expiry = std::min(lease->expiry, r->lease_expiry);
-      }
+      if (r->lease != 0) lease->parts.emplace_back(node, r->lease);
       // Hits come back in request order: walk the asked positions along.
       std::unordered_map<ChainKey, size_t> position;
       size_t at = 0;
@@ -402,6 +389,16 @@ class ClusterStore final : public Store {
       return true;
     });
     ReleaseParts(unused);
+    // The lease lasts as long as the node leases it kept.
+    lease->expiry = std::numeric_limits<Nanos>::max();
+    for (size_t i = 0; i < view->conns.size(); ++i) {
+      if (asked[i].empty() || !answers[i].result.ok()) continue;
+      const std::pair<std::shared_ptr<NodeConn>, LeaseId> part{view->conns[i],
+                                                               answers[i].result->lease};
+      if (std::find(lease->parts.begin(), lease->parts.end(), part) != lease->parts.end()) {
+        lease->expiry = std::min(lease->expiry, answers[i].result->lease_expiry);
+      }
+    }
     lease->holders = std::move(holders);
     if (!lease->parts.empty()) {
       out.lease = next_lease_.fetch_add(1);
