@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--pool-pages", eo.pool_pages, "Block pool pages")
       ->check(CLI::Range(1u, 1u << 16));
+  app.add_option("--max-running", eo.max_running, "Requests admitted at once; the rest queue")
+      ->check(CLI::Range(1u, 1u << 20));
   app.add_flag("--json", json, "One JSON object instead of tables");
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve /metrics (Prometheus text) and /healthz on host:port while running");

@@ -102,6 +102,53 @@ TEST(EngineTest, ColdAndWarmRunsAreBitIdentical) {
   ExpectStoreQuiet(cache);
 }
 
+// A request's SWA states are committed even while another request's fetch
+// holds every pool page: they are sealed in the engine's own buffer, as
+// its global KV blocks are, not dropped.
+TEST(EngineTest, CommitsWhileAFetchHoldsEveryPage) {
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  (void)RunOne(Options(store.get()), Turn1());
+  const std::vector<uint32_t> cold = Tokens(600, 50);
+  const RunResult alone = RunOne(Options(nullptr), cold);
+  EngineOptions o = Options(store.get());
+  o.pool_pages = 2;  // turn 2's fetch takes both; none kept for staging
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  Engine& engine = **e;
+  Request warm;
+  warm.id = 1;
+  warm.prompt = Turn2();
+  warm.max_new_tokens = 4;
+  Request fresh;
+  fresh.id = 2;
+  fresh.prompt = cold;
+  fresh.max_new_tokens = 4;
+  // The fresh request computes its first block; then turn 2 is admitted,
+  // its fetch taking both pages for a step while the fresh request
+  // computes its second block, up to its last prompt boundary.
+  ASSERT_TRUE(engine.AddRequest(fresh).ok());
+  std::map<uint64_t, RequestStats> stats;
+  for (StepOutput& out : engine.Step()) {
+    if (out.finished) stats[out.id] = out.stats;
+  }
+  ASSERT_TRUE(engine.AddRequest(warm).ok());
+  for (StepOutput& out : engine.Drain()) {
+    if (out.finished) stats[out.id] = out.stats;
+  }
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[1].hit_tokens, 512u);
+  EXPECT_EQ(stats[2].committed_blocks, 2u);
+  EXPECT_GE(stats[2].committed_swa, 2u);  // decoder start (256) and last boundary (512)
+  EXPECT_EQ(stats[2].store_errors, 0u);
+  EXPECT_EQ(engine.Counters().pool_pages_used, 0u);
+  ExpectStoreQuiet(cache);
+  // The states it committed resume it exactly.
+  const RunResult rerun = RunOne(Options(store.get()), cold);
+  EXPECT_TRUE(rerun.stats.swa_hit);
+  ExpectIdentical(alone, rerun);
+}
+
 // Three requests that each find turn 1's two blocks, on a pool that holds
 // one request's fetch at a time (plus commit staging): they are admitted
 // one after another as pages free up, each fetching its whole prefix,
@@ -751,6 +798,34 @@ TEST(EngineBatchTest, SeededSamplingIsReproducible) {
   EXPECT_NE(got[1], got[3]);
 }
 
+// Past max_running, requests wait in the queue, and are admitted in order
+// as running ones finish.
+TEST(EngineBatchTest, AtMostMaxRunningRequestsRunAtOnce) {
+  EngineOptions o = Options(nullptr);
+  o.max_running = 2;
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  for (uint64_t id = 1; id <= 3; ++id) {
+    Request r;
+    r.id = id;
+    r.prompt = Tokens(40, 70 + static_cast<uint32_t>(id));
+    r.max_new_tokens = 2;
+    ASSERT_TRUE((*e)->AddRequest(r).ok());
+  }
+  std::vector<uint64_t> finished;
+  uint32_t most_running = 0;
+  for (int step = 0; step < 1000 && finished.size() < 3; ++step) {
+    for (const StepOutput& out : (*e)->Step()) {
+      if (out.finished) finished.push_back(out.id);
+    }
+    const EngineCounters c = (*e)->Counters();
+    most_running = std::max(most_running, c.running);
+    EXPECT_EQ(c.running + c.queued + finished.size(), 3u);
+  }
+  EXPECT_EQ(most_running, 2u);
+  EXPECT_EQ(finished, (std::vector<uint64_t>{1, 2, 3}));
+}
+
 TEST(EngineBatchTest, BadRequestsAreRejected) {
   Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), Options(nullptr));
   ASSERT_TRUE(e.ok());
@@ -765,6 +840,15 @@ TEST(EngineBatchTest, BadRequestsAreRejected) {
   EngineOptions bad = Options(nullptr);
   bad.keep_tokens = 0;
   EXPECT_FALSE(Engine::Create(TinyModel(), bad).ok());
+  bad = Options(nullptr);
+  bad.max_running = 0;
+  EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument);
+  // A lease ttl every match would be refused for.
+  bad = Options(nullptr);
+  bad.lease_ttl = kMaxLeaseTtl + 1;
+  EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument);
+  bad.lease_ttl = -1;
+  EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -103,6 +103,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, Engine
     return InvalidArgument("engine: max_batch_tokens must be positive");
   }
   if (options.pool_pages == 0) return InvalidArgument("engine: pool_pages must be positive");
+  if (options.max_running == 0) return InvalidArgument("engine: max_running must be positive");
+  if (options.lease_ttl < 0 || options.lease_ttl > kMaxLeaseTtl) {
+    // Every match would be refused, and every request recomputed.
+    return InvalidArgument("engine: lease_ttl must be in 0.." +
+                           std::to_string(kMaxLeaseTtl / kNanosPerSecond) + " s");
+  }
   return std::unique_ptr<Engine>(new Engine(model, std::move(options)));
 }
 
@@ -413,18 +419,11 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
                                        std::span<const uint32_t>(seq.tokens).subspan(i * bt, bt)));
   }
   if (!seq.use_store) return;
-  // Sealed even when it is not committed (the store out of reach, the
-  // block committed before a restart, or no staging page free): the SWA
-  // states after it need its checksum in their lineage, so with no page
-  // free it is sealed in the engine's own buffer.
-  Result<uint32_t> page = pool_.Allocate();
-  std::span<std::byte> payload;
-  if (page.ok()) {
-    payload = pool_.Page(*page).first(global_layout_.PayloadBytes());
-  } else {
-    commit_scratch_.resize(global_layout_.PayloadBytes());
-    payload = commit_scratch_;
-  }
+  // Sealed even when it is not committed (the store out of reach, or the
+  // block committed before a restart): the SWA states after it need its
+  // checksum in their lineage.
+  std::optional<uint32_t> page;
+  const std::span<std::byte> payload = StageCommit(global_layout_.PayloadBytes(), &page);
   for (uint32_t s = 0; s < c.sources.size(); ++s) {
     const uint32_t per_block = bt / c.sources[s].stride;
     std::byte* g = payload.data() + group_offset_[s];
@@ -460,7 +459,17 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
       ++seq.stats.store_errors;  // a full store or a missing parent: not cached, nothing lost
     }
   }
-  if (page.ok()) pool_.Unref(*page);
+  if (page.has_value()) pool_.Unref(*page);
+}
+
+std::span<std::byte> Engine::StageCommit(uint64_t bytes, std::optional<uint32_t>* page) {
+  if (Result<uint32_t> p = pool_.Allocate(); p.ok()) {
+    *page = *p;
+    return pool_.Page(*p).first(bytes);
+  }
+  page->reset();
+  commit_scratch_.resize(std::max<size_t>(commit_scratch_.size(), bytes));
+  return std::span<std::byte>(commit_scratch_).first(bytes);
 }
 
 void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
@@ -474,9 +483,8 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
     ++seq.stats.store_skipped;
     return;
   }
-  Result<uint32_t> page = pool_.Allocate();
-  if (!page.ok()) return;
-  std::span<std::byte> payload = pool_.Page(*page).first(swa_layout_.PayloadBytes());
+  std::optional<uint32_t> page;
+  const std::span<std::byte> payload = StageCommit(swa_layout_.PayloadBytes(), &page);
   const uint64_t ring_bytes = uint64_t{c.ring_slots} * kSlotBytes;
   for (uint32_t l = 0; l < c.Layers(); ++l) {
     std::memcpy(payload.data() + swa_layout_.HeaderBytes() + l * ring_bytes,
@@ -500,7 +508,7 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
       ++seq.stats.store_errors;
     }
   }
-  pool_.Unref(*page);
+  if (page.has_value()) pool_.Unref(*page);
 }
 
 // After tokens up to `end` are written: commit a completed block, and the
@@ -524,15 +532,17 @@ void Engine::AfterChunk(Sequence& seq, int64_t end) {
 
 std::vector<StepOutput> Engine::Step() {
   std::vector<StepOutput> outputs;
-  // Admission in arrival order. A request admitted now starts its fetch
+  // Admission in arrival order, up to max_running requests at once. A
+  // request admitted now starts its fetch
   // and joins the next step, its transfer overlapping this step's compute,
   // unless there is nothing else to run. A request whose fetch must wait for
   // pool pages holds back those behind it (first come, first served).
   std::vector<bool> admitted_now(order_.size(), false);
-  bool other_work = false;
-  for (uint64_t id : order_) other_work |= seqs_.at(id)->phase != Phase::kQueued;
+  uint32_t running = 0;
+  for (uint64_t id : order_) running += seqs_.at(id)->phase != Phase::kQueued ? 1 : 0;
+  const bool other_work = running > 0;
   bool busy = other_work;
-  for (size_t k = 0; k < order_.size(); ++k) {
+  for (size_t k = 0; k < order_.size() && running < options_.max_running; ++k) {
     Sequence& seq = *seqs_.at(order_[k]);
     if (seq.phase != Phase::kQueued) continue;
     // Still no room for the fetch it was deferred for: no new match yet.
@@ -540,6 +550,7 @@ std::vector<StepOutput> Engine::Step() {
     if (!Admit(seq, /*may_defer=*/busy)) break;
     admitted_now[k] = true;
     busy = true;
+    ++running;
   }
   // Build the batch: decodes first (one token each), then prefill chunks.
   std::vector<ForwardItem> items;

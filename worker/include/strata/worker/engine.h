@@ -19,6 +19,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -45,6 +47,7 @@ struct EngineOptions {
   std::string chain_extra;                  // feeds key[0] (LoRA id, cache salt)
   uint32_t keep_tokens = 140;               // decoder bounded replay
   uint32_t max_batch_tokens = 512;          // prefill tokens per step, over all requests
+  uint32_t max_running = 256;               // requests admitted at once; the rest queue
   uint32_t pool_pages = 256;                // block pool pages (one store block each)
   Nanos lease_ttl = Seconds(30);
   // A store found out of reach (UNAVAILABLE, DEADLINE_EXCEEDED) is left
@@ -144,6 +147,10 @@ class Engine {
   void AfterChunk(Sequence& seq, int64_t end);
   void CommitBlock(Sequence& seq, uint32_t block);
   void CommitSwa(Sequence& seq, uint32_t boundary_blocks);
+  // Where a commit's payload of `bytes` is sealed: a pool page when one is
+  // free (*page set; Unref it after), else commit_scratch_ (commits run one
+  // at a time, synchronously).
+  std::span<std::byte> StageCommit(uint64_t bytes, std::optional<uint32_t>* page);
   void ReleaseFetch(Sequence& seq);
   void Release(Sequence& seq);
   StepOutput Finish(Sequence& seq, bool aborted);
