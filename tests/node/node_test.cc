@@ -1030,14 +1030,19 @@ TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {
   auto first = MatchPrompt(*store, p);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
+  const auto raw_match = [&](const v1::MatchRequest& m) {
+    return RawCall(*node_, kTokenA.token,
+                   [&](auto ch, grpc::ClientContext* ctx) {
+                     v1::MatchResponse resp;
+                     return v1::CacheStore::NewStub(ch)->Match(ctx, m, &resp);
+                   })
+        .code();
+  };
   v1::MatchRequest req = wire::EncodeMatchRequest(MatchKeysRequest{
       .model_id = TestModel(), .root = p.keys[0], .keys = {}, .take_lease = false});
   req.add_release_leases(first->lease);
   req.add_release_leases(424242);  // unknown: ignored
-  ASSERT_TRUE(RawCall(*node_, kTokenA.token, [&](auto ch, grpc::ClientContext* ctx) {
-                v1::MatchResponse resp;
-                return v1::CacheStore::NewStub(ch)->Match(ctx, req, &resp);
-              }).ok());
+  ASSERT_EQ(raw_match(req), StatusCode::kOk);
   EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
   // A malformed match ends nothing, not even the leases it names.
   auto held = MatchPrompt(*store, p);
@@ -1049,24 +1054,12 @@ TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {
   for (v1::MatchRequest garbled : {garbled_keys, no_block_tokens}) {
     garbled.clear_release_leases();
     garbled.add_release_leases(held->lease);
-    EXPECT_EQ(RawCall(*node_, kTokenA.token,
-                      [&](auto ch, grpc::ClientContext* ctx) {
-                        v1::MatchResponse resp;
-                        return v1::CacheStore::NewStub(ch)->Match(ctx, garbled, &resp);
-                      })
-                  .code(),
-              StatusCode::kInvalidArgument);
+    EXPECT_EQ(raw_match(garbled), StatusCode::kInvalidArgument);
     EXPECT_EQ(NodeStats(*node_).read_leases(), 1u);
   }
   ASSERT_TRUE(store->Abort(held->lease).ok());
   for (int i = 0; i <= 64; ++i) req.add_release_leases(i);
-  EXPECT_EQ(RawCall(*node_, kTokenA.token,
-                    [&](auto ch, grpc::ClientContext* ctx) {
-                      v1::MatchResponse resp;
-                      return v1::CacheStore::NewStub(ch)->Match(ctx, req, &resp);
-                    })
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(raw_match(req), StatusCode::kInvalidArgument);
 
   // Through the client: Release returns at once, and the lease ends soon
   // after even when no match follows to carry it.

@@ -51,19 +51,15 @@ class TamperingProxy final : public v1::CacheStore::Service {
   }
   grpc::Status Match(grpc::ServerContext* ctx, const v1::MatchRequest* req,
                      v1::MatchResponse* resp) override {
-    grpc::Status st =
-        Forward(*ctx, [&](grpc::ClientContext* c) { return node_->Match(c, *req, resp); });
-    std::lock_guard lock(mu_);
-    if (st.ok() && on_match_) on_match_(resp);
-    return st;
+    return Tampered(
+        Forward(*ctx, [&](grpc::ClientContext* c) { return node_->Match(c, *req, resp); }),
+        on_match_, resp);
   }
   grpc::Status Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
                        v1::ReserveResponse* resp) override {
-    grpc::Status st =
-        Forward(*ctx, [&](grpc::ClientContext* c) { return node_->Reserve(c, *req, resp); });
-    std::lock_guard lock(mu_);
-    if (st.ok() && on_reserve_) on_reserve_(resp);
-    return st;
+    return Tampered(
+        Forward(*ctx, [&](grpc::ClientContext* c) { return node_->Reserve(c, *req, resp); }),
+        on_reserve_, resp);
   }
   grpc::Status Publish(grpc::ServerContext* ctx, const v1::PublishRequest* req,
                        v1::PublishResponse* resp) override {
@@ -79,6 +75,14 @@ class TamperingProxy final : public v1::CacheStore::Service {
   }
 
  private:
+  // The node's answer, rewritten by `tamper` if it is set and the call went well.
+  template <typename Resp>
+  grpc::Status Tampered(grpc::Status st, const std::function<void(Resp*)>& tamper, Resp* resp) {
+    std::lock_guard lock(mu_);
+    if (st.ok() && tamper) tamper(resp);
+    return st;
+  }
+
   // Calls the node with the caller's credentials.
   template <typename Fn>
   static grpc::Status Forward(const grpc::ServerContext& ctx, Fn fn) {

@@ -498,7 +498,7 @@ TEST_F(StoreFaultTest, StalledFetchesBackOffAndTheBackOffDoubles) {
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   uint64_t next_id = 1;
   auto run = [&] {
-    const RunResult r = RunOn(**engine, next_id++, Turn2());
+    RunResult r = RunOn(**engine, next_id++, Turn2());
     ExpectIdentical(cold_, r);
     return r;
   };
