@@ -104,10 +104,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, Engine
   }
   if (options.pool_pages == 0) return InvalidArgument("engine: pool_pages must be positive");
   if (options.max_running == 0) return InvalidArgument("engine: max_running must be positive");
-  if (options.lease_ttl < 0 || options.lease_ttl > kMaxLeaseTtl) {
-    // Every match would be refused, and every request recomputed.
-    return InvalidArgument("engine: lease_ttl must be in 0.." +
-                           std::to_string(kMaxLeaseTtl / kNanosPerSecond) + " s");
+  // Options every match would be refused for (and every request recomputed).
+  if (Status s = CheckMatchOptions(c.block_tokens, options.lease_ttl, 0); !s.ok()) {
+    return InvalidArgument("engine: " + s.message());
   }
   return std::unique_ptr<Engine>(new Engine(model, std::move(options)));
 }
@@ -533,10 +532,10 @@ void Engine::AfterChunk(Sequence& seq, int64_t end) {
 std::vector<StepOutput> Engine::Step() {
   std::vector<StepOutput> outputs;
   // Admission in arrival order, up to max_running requests at once. A
-  // request admitted now starts its fetch
-  // and joins the next step, its transfer overlapping this step's compute,
-  // unless there is nothing else to run. A request whose fetch must wait for
-  // pool pages holds back those behind it (first come, first served).
+  // request admitted now starts its fetch and joins the next step, its
+  // transfer overlapping this step's compute, unless there is nothing else to
+  // run. A request whose fetch must wait for pool pages holds back those
+  // behind it (first come, first served).
   std::vector<bool> admitted_now(order_.size(), false);
   uint32_t running = 0;
   for (uint64_t id : order_) running += seqs_.at(id)->phase != Phase::kQueued ? 1 : 0;

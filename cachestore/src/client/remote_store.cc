@@ -549,8 +549,11 @@ class RemoteStore final : public NodeClient {
       }
     }
     // No data plane: failed once, not asked for again (each try says Hello).
-    if (!connected.ok()) out.status = connected;
-    if (connected.ok() && !mapped) FetchInto(req, match, *leased, n, want_swa, out);
+    if (!connected.ok()) {
+      out.status = connected;
+    } else if (!mapped) {
+      FetchInto(req, match, *leased, n, want_swa, out);
+    }
     if (own.has_value() && own->lease != 0) (void)Abort(own->lease);
     return out;
   }
@@ -913,9 +916,8 @@ Result<MatchKeysRequest> DeriveMatchKeys(const std::string& ns, const MatchReque
     return InvalidArgument("prompt of " + std::to_string(req.tokens.size()) +
                            " tokens exceeds the limit of " + std::to_string(kMaxPromptTokens));
   }
-  if (req.block_tokens < kMinBlockTokens || req.block_tokens > kMaxBlockTokens) {
-    return InvalidArgument("block_tokens must be in 1..65536");
-  }
+  // The key count is checked once the keys exist (MatchKeys).
+  STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, 0));
   const ChainRoot root{ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
   Result<std::vector<ChainKey>> derived =

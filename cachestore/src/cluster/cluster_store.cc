@@ -307,6 +307,7 @@ class ClusterStore final : public Store {
 
     // Who holds what; a node that failed holds nothing.
     auto lease = std::make_shared<ReadLease>();
+    std::vector<Nanos> part_expiry;  // beside lease->parts
     std::vector<std::vector<Holder>> holders(n);
     std::vector<std::pair<size_t, Holder>> swa_seen;  // (boundary, holder), per node
     Status first_error;
@@ -320,7 +321,10 @@ class ClusterStore final : public Store {
       }
       ++answered;
       const std::shared_ptr<NodeConn>& node = view->conns[i];
-      if (r->lease != 0) lease->parts.emplace_back(node, r->lease);
+      if (r->lease != 0) {
+        lease->parts.emplace_back(node, r->lease);
+        part_expiry.push_back(r->lease_expiry);
+      }
       // Hits come back in request order: walk the asked positions along.
       std::unordered_map<ChainKey, size_t> position;
       size_t at = 0;
@@ -375,30 +379,30 @@ class ClusterStore final : public Store {
     }
     holders.resize(usable);
     // A node whose hits all lie past the prefix serves none of it: its
-    // lease ends now instead of pinning those entries until it expires.
+    // lease ends now instead of pinning those entries until it expires. The
+    // lease lasts as long as the node leases it keeps.
+    std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> kept;
     std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> unused;
-    std::erase_if(lease->parts, [&](const auto& part) {
+    lease->expiry = std::numeric_limits<Nanos>::max();
+    for (size_t p = 0; p < lease->parts.size(); ++p) {
+      const auto& part = lease->parts[p];
       const auto serves = [&](const Holder& h) {
         return h.node == part.first && h.lease == part.second;
       };
-      for (const std::vector<Holder>& block : holders) {
-        if (std::any_of(block.begin(), block.end(), serves)) return false;
-      }
-      if (std::any_of(lease->swa.begin(), lease->swa.end(), serves)) return false;
-      unused.push_back(part);
-      return true;
-    });
-    ReleaseParts(unused);
-    // The lease lasts as long as the node leases it kept.
-    lease->expiry = std::numeric_limits<Nanos>::max();
-    for (size_t i = 0; i < view->conns.size(); ++i) {
-      if (asked[i].empty() || !answers[i].result.ok()) continue;
-      const std::pair<std::shared_ptr<NodeConn>, LeaseId> part{view->conns[i],
-                                                               answers[i].result->lease};
-      if (std::find(lease->parts.begin(), lease->parts.end(), part) != lease->parts.end()) {
-        lease->expiry = std::min(lease->expiry, answers[i].result->lease_expiry);
+      const bool used = std::any_of(holders.begin(), holders.end(),
+                                    [&](const std::vector<Holder>& block) {
+                                      return std::any_of(block.begin(), block.end(), serves);
+                                    }) ||
+                        std::any_of(lease->swa.begin(), lease->swa.end(), serves);
+      if (used) {
+        kept.push_back(part);
+        lease->expiry = std::min(lease->expiry, part_expiry[p]);
+      } else {
+        unused.push_back(part);
       }
     }
+    lease->parts = std::move(kept);
+    ReleaseParts(unused);
     lease->holders = std::move(holders);
     if (!lease->parts.empty()) {
       out.lease = next_lease_.fetch_add(1);
