@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "strata/json_text.h"
+
 namespace strata::bench {
 
 double Percentile(std::vector<double> v, double q) {
@@ -53,12 +55,7 @@ void JsonObject::Add(const std::string& key, double value) {
 }
 
 void JsonObject::Add(const std::string& key, const std::string& value) {
-  std::string quoted = "\"";
-  for (char c : value) {
-    if (c == '"' || c == '\\') quoted += '\\';
-    quoted += c;
-  }
-  fields_.emplace_back(key, quoted + "\"");
+  fields_.emplace_back(key, JsonString(value));
 }
 
 void JsonObject::AddBool(const std::string& key, bool value) {

@@ -168,6 +168,11 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
   EXPECT_FALSE(ValidateNodeConfig(c).ok());
   c.low_watermark = c.high_watermark = 1;  // equal: evict on demand only
   EXPECT_TRUE(ValidateNodeConfig(c).ok());
+  // spdlog reads an unknown level as "off": the node would log nothing.
+  c.log_level = "INFO";
+  EXPECT_NE(ValidateNodeConfig(c).message().find("log_level"), std::string::npos);
+  c.log_level = "warning";
+  EXPECT_TRUE(ValidateNodeConfig(c).ok());
   c.low_watermark = 0.5;
   c.data_plane_mode = "fast";
   EXPECT_FALSE(ValidateNodeConfig(c).ok());

@@ -5,6 +5,8 @@
 // restart, tenant isolation, credentials, request limits, the admin calls,
 // /metrics and /healthz, and many concurrent clients.
 #include <arpa/inet.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,6 +15,7 @@
 
 #include <atomic>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "node_test_util.h"
@@ -808,6 +811,34 @@ TEST_F(NodeTest, MetricsAndHealth) {
   EXPECT_NE(metrics->body.find("\nstrata_dataplane_transfers_in_flight 0\n"), std::string::npos);
   EXPECT_NE(metrics->body.find("\nstrata_dataplane_oldest_transfer_seconds 0\n"),
             std::string::npos);
+}
+
+TEST_F(NodeTest, JsonLogsStayJsonAndABadLogLevelIsRefusedAloud) {
+  // A start failure quotes its status text: every line must still parse.
+  std::string error;
+  EXPECT_EQ(NodeProcess::Start(dir_,
+                               {.settings = {"log_format=json",
+                                             "tokens_file=" + dir_ + "/no \"such\" dir/tokens"}},
+                               &error),
+            nullptr);
+  std::istringstream lines(error.substr(error.find('\n') + 1));  // after "exited at start:"
+  int parsed = 0;
+  bool saw_failure = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    google::protobuf::Value v;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &v).ok()) << line;
+    ++parsed;
+    const std::string& msg = v.struct_value().fields().at("msg").string_value();
+    saw_failure |=
+        msg.find("cannot read tokens file " + dir_ + "/no \"such\" dir") != std::string::npos;
+  }
+  EXPECT_GT(parsed, 0) << error;
+  EXPECT_TRUE(saw_failure) << error;
+  // spdlog reads an unknown level as "off": refused before it silences the
+  // node, and said on stderr.
+  EXPECT_EQ(NodeProcess::Start(dir_, {.settings = {"log_level=INFO"}}, &error), nullptr);
+  EXPECT_NE(error.find("log_level must be"), std::string::npos) << error;
 }
 
 TEST_F(NodeTest, TlsControlPlane) {

@@ -3,43 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "strata/json_text.h"
+
 namespace strata::admin {
-namespace {
-
-void Escape(const std::string& s, std::string* out) {
-  out->push_back('"');
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          *out += buf;
-        } else {
-          out->push_back(ch);
-        }
-    }
-  }
-  out->push_back('"');
-}
-
-}  // namespace
 
 Json& Json::Set(const std::string& key, Json value) {
   auto& members = std::get<Object>(v_);
@@ -88,7 +54,7 @@ void Json::DumpTo(std::string* out) const {
       *out += buf;
     }
   } else if (const std::string* s = std::get_if<std::string>(&v_)) {
-    Escape(*s, out);
+    AppendJsonString(*s, out);
   } else if (const Array* a = std::get_if<Array>(&v_)) {
     out->push_back('[');
     for (size_t i = 0; i < a->size(); ++i) {
@@ -100,7 +66,7 @@ void Json::DumpTo(std::string* out) const {
     out->push_back('{');
     for (size_t i = 0; i < o->size(); ++i) {
       if (i > 0) out->push_back(',');
-      Escape((*o)[i].first, out);
+      AppendJsonString((*o)[i].first, out);
       out->push_back(':');
       (*o)[i].second.DumpTo(out);
     }

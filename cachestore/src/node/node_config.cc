@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <filesystem>
 #include <functional>
@@ -271,6 +273,14 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   }
   if (c.log_format != "text" && c.log_format != "json") {
     return InvalidArgument("log_format must be text or json");
+  }
+  // spdlog takes any other name for "off": a typo would silence the node.
+  static constexpr std::array<std::string_view, 9> kLogLevels = {
+      "trace", "debug", "info", "warn", "warning", "err", "error", "critical", "off"};
+  if (std::find(kLogLevels.begin(), kLogLevels.end(), c.log_level) == kLogLevels.end()) {
+    return InvalidArgument(
+        "log_level must be trace, debug, info, warn, error, critical or off, got '" + c.log_level +
+        "'");
   }
   if (c.read_lease_ttl <= 0 || c.read_lease_ttl > kMaxLeaseTtl || c.write_lease_ttl <= 0 ||
       c.write_lease_ttl > kMaxLeaseTtl) {

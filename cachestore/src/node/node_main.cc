@@ -1,24 +1,43 @@
 // strata-node: serves a CacheStore (see strata/node.h and
 // deploy/strata-node.yaml). SIGTERM or SIGINT stops it gracefully.
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <string_view>
 #include <thread>
 
+#include "strata/json_text.h"
 #include "strata/node.h"
 #include "token_auth.h"
 
 namespace {
 
+// %* in a pattern: the message, escaped for a JSON string (messages quote
+// status texts, which may hold quotes, backslashes and newlines).
+class JsonEscapedMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm& /*tm*/,
+              spdlog::memory_buf_t& dest) override {
+    const std::string quoted =
+        strata::JsonString(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(quoted.data() + 1, quoted.data() + quoted.size() - 1);  // the pattern quotes
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonEscapedMessage>();
+  }
+};
+
 void SetUpLogging(const strata::NodeConfig& config) {
   if (config.log_format == "json") {
-    // Messages are key=value pairs without quotes or backslashes, so they
-    // embed in a JSON string as they are.
-    spdlog::set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%v"})",
-                        spdlog::pattern_time_type::utc);
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%*"})");
+    spdlog::set_formatter(std::move(formatter));
   } else {
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
   }
@@ -68,6 +87,8 @@ int main(int argc, char** argv) {
   for (const std::string& o : overrides) {
     if (st.ok()) st = strata::ApplyNodeConfigOverride(&config, o);
   }
+  // Before logging is set up from it: a bad log_level must not silence this.
+  if (st.ok()) st = strata::ValidateNodeConfig(config);
   if (!st.ok()) {
     std::cerr << "strata-node: " << st.ToString() << "\n";
     return 2;
