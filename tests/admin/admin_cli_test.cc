@@ -522,6 +522,12 @@ TEST_F(AdminCliTest, EvictByNamespaceModelAndAge) {
   ASSERT_EQ(Size(F(left, "entries")), 1);
   EXPECT_EQ(Str(F(At(F(left, "entries"), 0), "key")), Hex(d.keys[1]));
 
+  // An age of 0 reads as "any age" on the node: refused, nothing goes.
+  AdminRun zero = Admin(kAdminA, {"evict", "--older-than", "0s"});
+  EXPECT_EQ(zero.code, 6);
+  EXPECT_NE(zero.err.find("--older-than must be positive"), std::string::npos) << zero.err;
+  EXPECT_EQ(Size(F(AdminJson(kAdminA, {"ls"}), "entries")), 1);
+
   // No target at all is refused, not taken as "everything".
   AdminRun none = Admin(kAdminA, {"evict"});
   EXPECT_EQ(none.code, 6);
@@ -568,6 +574,9 @@ TEST_F(AdminCliTest, PinAndUnpinWithTtl) {
   EXPECT_TRUE(F(e, "pinned").bool_value());
   EXPECT_GT(Num(F(e, "pinned_for_ms")), 7100e3);
   EXPECT_LE(Num(F(e, "pinned_for_ms")), 7200e3);
+  // 2^32 s would wrap to 0 in the request, which unpins: refused here.
+  EXPECT_EQ(Admin(kAdminA, {"pin", key, "--ttl", "4294967296"}).code, 6);
+  EXPECT_TRUE(F(F(AdminJson(kAdminA, {"inspect", key}), "entry"), "pinned").bool_value());
   const Value pinned = AdminJson(kAdminA, {"ls", "--pinned"});
   ASSERT_EQ(Size(F(pinned, "entries")), 1);
   EXPECT_EQ(Str(F(At(F(pinned, "entries"), 0), "key")), key);
@@ -639,6 +648,47 @@ TEST_F(AdminCliTest, DrainRefusesWritesAndShowsInNodes) {
   EXPECT_NE(unknown.err.find("no node 'no-such-node'"), std::string::npos) << unknown.err;
   drained_store.reset();
   second->Terminate();
+}
+
+TEST_F(AdminCliTest, ANodeThatIsDownHidesNothingTheOthersDid) {
+  Prompt p = MakePrompt(*store_a_, 2, 121);
+  CommitAll(*store_a_, p, /*with_swa=*/false);
+  const std::string dead = "127.0.0.1:" + std::to_string(FreePort());
+  auto admin2 = [&](const std::string& store, std::vector<std::string> args) {
+    args.insert(args.begin(), {"--store", store, "--token", kAdminA, "--timeout", "2"});
+    return RunAdmin(dir_, args);
+  };
+  const std::string live_then_dead = node_->uri() + "," + dead;
+  const std::string dead_then_live = dead + "," + node_->uri();
+
+  // Evict goes on past the dead node and lists what the live one evicted.
+  AdminRun evict = admin2(live_then_dead, {"evict", "--all", "--json"});
+  EXPECT_EQ(evict.code, 2) << evict.err;
+  const Value ev = ParseJson(evict.out);
+  EXPECT_EQ(Num(F(ev, "evicted")), 2);
+  EXPECT_EQ(Size(F(ev, "entries")), 2);
+  ASSERT_EQ(Size(F(ev, "errors")), 1);
+  EXPECT_EQ(Str(F(At(F(ev, "errors"), 0), "node")), dead);
+  EXPECT_NE(evict.err.find("node " + dead + ": "), std::string::npos) << evict.err;
+  EXPECT_EQ(Size(F(AdminJson(kAdminA, {"ls"}), "entries")), 0);
+
+  // Stats shows the live node either way; a node named by id is found past
+  // one that does not answer.
+  for (const std::string& store : {live_then_dead, dead_then_live}) {
+    AdminRun stats = admin2(store, {"stats", "--json"});
+    EXPECT_EQ(stats.code, 2) << stats.err;
+    ASSERT_EQ(Size(F(ParseJson(stats.out), "nodes")), 1) << stats.out;
+  }
+  const std::string id = Str(F(At(F(AdminJson(kAdminA, {"stats"}), "nodes"), 0), "node_id"));
+  AdminRun by_id = admin2(dead_then_live, {"stats", "--node", id, "--json"});
+  EXPECT_EQ(by_id.code, 0) << by_id.err;
+  AdminRun other_id = admin2(dead_then_live, {"stats", "--node", "no-such-node"});
+  EXPECT_EQ(other_id.code, 2) << other_id.err;
+  EXPECT_NE(other_id.err.find("among those that answered"), std::string::npos) << other_id.err;
+
+  // nan passes CLI::Range (it compares false both ways): refused as usage.
+  EXPECT_EQ(Admin(kAdminA, {"--timeout", "nan", "ls"}).code, 1);
+  EXPECT_EQ(Admin(kAdminA, {"top", "--interval", "nan", "--iterations", "1"}).code, 1);
 }
 
 TEST_F(AdminCliTest, TopPrintsRatesPerRefresh) {
@@ -725,6 +775,11 @@ TEST_F(AdminCliTest, ErrorsNameTheProblemWithDocumentedExitCodes) {
   EXPECT_EQ(RunAdmin(dir_, {"no-such-command"}).code, 1);
   EXPECT_EQ(RunAdmin(dir_, {"--store", node_->uri(), "--token", kAdminA, "ls", "--bogus"}).code, 1);
   EXPECT_EQ(RunAdmin(dir_, {"--store", "not a store", "--token", kAdminA, "ls"}).code, 6);
+  // One node twice would hold both replicas of every block it is ranked for.
+  AdminRun twice =
+      RunAdmin(dir_, {"--store", node_->uri() + ", " + node_->target(), "--token", kAdminA, "ls"});
+  EXPECT_EQ(twice.code, 6);
+  EXPECT_NE(twice.err.find("listed twice"), std::string::npos) << twice.err;
   // --help documents the exit codes.
   AdminRun help = RunAdmin(dir_, {"--help"});
   EXPECT_EQ(help.code, 0);

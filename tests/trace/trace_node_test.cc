@@ -45,7 +45,7 @@ class TraceNodeTest : public ::testing::Test {
     // times and part from LRU.
     g.conversations = 300;
     g.duration_s = 900;
-    return GenerateTrace(g);
+    return GenerateTrace(g).value();
   }
 
   std::string dir_;

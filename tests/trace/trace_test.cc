@@ -2,6 +2,7 @@
 // hand-built trace with hand-computed results, and the generator.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <unordered_map>
@@ -72,7 +73,7 @@ TEST(TraceTest, StoreReplayMatchesReferenceOnAGeneratedTrace) {
   TraceGeneratorOptions g;
   g.conversations = 150;
   g.duration_s = 600;
-  const auto t = GenerateTrace(g);
+  const auto t = GenerateTrace(g).value();
   for (uint64_t blocks : {20u, 200u}) {
     ReplayOptions o;
     o.capacity_tokens = blocks * kTraceBlockTokens;
@@ -122,8 +123,8 @@ TEST(TraceTest, ReadTraceNamesTheBadLine) {
 TEST(TraceTest, GeneratorIsDeterministicAndPrefixConsistent) {
   auto opts = TraceGeneratorOptions::Preset("agent").value();
   opts.conversations = 50;
-  const auto a = GenerateTrace(opts);
-  const auto b = GenerateTrace(opts);
+  const auto a = GenerateTrace(opts).value();
+  const auto b = GenerateTrace(opts).value();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].hash_ids, b[i].hash_ids);
   // Sorted by time; an id always sits at the same depth under the same parent.
@@ -145,12 +146,36 @@ TEST(TraceTest, GeneratorIsDeterministicAndPrefixConsistent) {
   EXPECT_FALSE(TraceGeneratorOptions::Preset("nope").ok());
 }
 
+TEST(TraceTest, GeneratorRefusesOptionsOutsideTheirRange) {
+  const auto refused = [](auto change) {
+    TraceGeneratorOptions g;
+    g.conversations = 5;
+    change(g);
+    return GenerateTrace(g).status().code() == StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.duration_s = -100; }));
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.duration_s = 0; }));
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.duration_s = 1e300; }));
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.mean_turns = std::nan(""); }));
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.mean_turns = 0.5; }));
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.mean_think_s = -1; }));
+  EXPECT_TRUE(refused([](TraceGeneratorOptions& g) { g.system_prompt_zipf = INFINITY; }));
+  // One turn on average is exactly one turn each.
+  TraceGeneratorOptions one;
+  one.conversations = 40;
+  one.mean_turns = 1;
+  auto t = GenerateTrace(one);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->size(), 40u);
+  for (const TraceRequest& r : *t) EXPECT_GE(r.timestamp_ms, 0);
+}
+
 TEST(TraceTest, TwoTierReplayServesEvictedBlocksFromSsd) {
   TraceGeneratorOptions g;
   g.conversations = 60;
   g.duration_s = 300;
   g.max_context_tokens = 16 * kTraceBlockTokens;
-  const auto t = GenerateTrace(g);
+  const auto t = GenerateTrace(g).value();
   ReplayOptions o;
   o.policy = "lru";
   o.capacity_tokens = 24 * kTraceBlockTokens;  // DRAM: longer than any request

@@ -42,7 +42,9 @@ ExitCode ExitCodeFor(StatusCode code) {
 Result<std::unique_ptr<Membership>> OpenMembership(std::string_view spec) {
   // A cluster in etcd: every node it lists.
   if (spec.starts_with("strata+etcd://")) return OpenMembershipFromUri(spec);
-  std::vector<NodeInfo> nodes;
+  // strata://a:1, strata://b:2 (spaces and each item's scheme optional):
+  // the client's own node list, which refuses a node listed twice.
+  std::string list;
   size_t start = 0;
   while (start <= spec.size()) {
     size_t end = spec.find(',', start);
@@ -51,18 +53,12 @@ Result<std::unique_ptr<Membership>> OpenMembership(std::string_view spec) {
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
     if (item.starts_with("strata://")) item.remove_prefix(9);
-    const size_t colon = item.rfind(':');
-    if (item.empty() || item.find("://") != std::string_view::npos || colon == 0 ||
-        colon == std::string_view::npos || colon + 1 == item.size() ||
-        item.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos) {
-      return InvalidArgument("--store: '" + std::string(item) +
-                             "' is not strata://host:port (several: comma-separated)");
-    }
-    // Until a node answers, its address is all we know of it.
-    nodes.push_back({std::string(item), std::string(item), false});
+    list += (start == 0 ? "" : ",") + std::string(item);
     start = end + 1;
   }
-  return MakeStaticMembership(std::move(nodes));
+  Result<std::unique_ptr<Membership>> m = OpenMembershipFromUri("strata://" + list);
+  if (!m.ok()) return InvalidArgument("--store: " + m.status().message());
+  return m;
 }
 
 Result<std::string> ResolveToken(const std::string& token_flag, const std::string& token_file) {

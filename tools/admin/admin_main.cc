@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "Bearer token (default: STRATA_TOKEN)");
   app.add_option("--token-file", token_file, "File whose first line is the bearer token");
   app.add_option("--timeout", timeout_s, "Deadline of every call, seconds")
+      ->check(Finite())
       ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--tls-ca", tls_ca, "PEM root certificates: talk TLS to the nodes");
   app.add_flag("--json", json, "JSON instead of tables");

@@ -1,6 +1,8 @@
 #include "commands.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace strata::admin {
 
@@ -17,18 +19,54 @@ int Context::Fail(const Status& status) const {
   return static_cast<int>(code);
 }
 
+int ReportNodeFailures(const Context& ctx, const std::vector<NodeFailure>& failed, Json* out) {
+  if (failed.empty()) return 0;
+  Json errors = Json::MakeArray();
+  for (const NodeFailure& f : failed) {
+    const std::string& address = ctx.clients[f.node]->address();
+    std::fprintf(stderr, "strata-admin: node %s: %s\n", address.c_str(),
+                 f.status.message().c_str());
+    errors.Push(Json::MakeObject()
+                    .Set("node", address)
+                    .Set("code", std::string(StatusCodeName(f.status.code())))
+                    .Set("message", f.status.message()));
+  }
+  if (ctx.json) out->Set("errors", std::move(errors));
+  return static_cast<int>(ExitCodeFor(failed.front().status.code()));
+}
+
 Result<NodeClient*> Context::FindNode(const std::string& node_ref) {
   for (const auto& c : clients) {
     if (c->address() == node_ref || "strata://" + c->address() == node_ref) return c.get();
   }
+  // By id: ask each node; one that does not answer is not the one named.
   std::string known;
+  Status unreachable;
   for (const auto& c : clients) {
     Result<v1::StatsResponse> st = c->Stats();
-    if (!st.ok()) return st.status();
+    if (!st.ok()) {
+      if (unreachable.ok()) unreachable = st.status();
+      known += (known.empty() ? "" : ", ") + std::string("? (") + c->address() + ")";
+      continue;
+    }
     if (st->node_id() == node_ref) return c.get();
     known += (known.empty() ? "" : ", ") + st->node_id() + " (" + c->address() + ")";
   }
+  // It may be the node that did not answer: say so, with that error's code.
+  if (!unreachable.ok()) {
+    return Status(unreachable.code(), "no node '" + node_ref + "' among those that answered (" +
+                                          known + "); " + unreachable.message());
+  }
   return NotFound("no node '" + node_ref + "' in --store; nodes: " + known);
+}
+
+CLI::Validator Finite() {
+  return {[](std::string& text) {
+            return std::isfinite(std::strtod(text.c_str(), nullptr))
+                       ? std::string()
+                       : "'" + text + "' is not a finite number";
+          },
+          ""};
 }
 
 Result<v1::StateKind> ParseKind(const std::string& text) {

@@ -32,6 +32,15 @@ struct Context {
   bool many() const { return clients.size() > 1; }
 };
 
+// A node a command over several nodes could not act on; the others go on.
+struct NodeFailure {
+  size_t node;  // index into Context::clients
+  Status status;
+};
+// Says each failure on stderr and, with --json, as an "errors" array in
+// *out; returns the exit code: 0 if none failed, else the first one's.
+int ReportNodeFailures(const Context& ctx, const std::vector<NodeFailure>& failed, Json* out);
+
 using Runner = std::function<int(Context&)>;
 
 void AddNodeCommands(CLI::App& app, Runner* run);   // nodes, stats, top, drain
@@ -39,6 +48,9 @@ void AddEntryCommands(CLI::App& app, Runner* run);  // ls, inspect, pin, unpin, 
 void AddPrefixCommand(CLI::App& app, Runner* run);  // prefix
 
 // ---- shared helpers -----------------------------------------------------------
+
+// Refuses nan and inf; CLI::Range lets nan through (it compares false).
+CLI::Validator Finite();
 
 // "global" / "swa" (also GLOBAL_KV / SWA_STATE).
 Result<v1::StateKind> ParseKind(const std::string& text);

@@ -71,6 +71,8 @@ Status BuildFilter(const FilterOptions& o, v1::EntryFilter* f) {
   if (!o.older_than.empty()) {
     Result<uint64_t> s = ParseDuration(o.older_than);
     if (!s.ok()) return s.status();
+    // The request reads 0 as "any age": evict would take the namespace.
+    if (*s == 0) return InvalidArgument("--older-than must be positive (--all: every entry)");
     f->set_older_than_s(*s);
   }
   if (o.pinned && o.unpinned) return InvalidArgument("--pinned and --unpinned exclude each other");
@@ -317,20 +319,25 @@ int RunPin(Context& ctx, const EntryArgs& a, uint64_t ttl_s) {
   req.set_ttl_s(static_cast<uint32_t>(ttl_s));
   Json nodes = Json::MakeArray();
   std::string where;
+  std::vector<NodeFailure> failed;
   for (const Replica& r : *replicas) {
-    if (Status st = ctx.clients[r.node]->Pin(req); !st.ok()) return ctx.Fail(st);
+    if (Status st = ctx.clients[r.node]->Pin(req); !st.ok()) {
+      failed.push_back({r.node, st});
+      continue;
+    }
     nodes.Push(ctx.clients[r.node]->address());
     where += (where.empty() ? "" : ", ") + ctx.clients[r.node]->address();
   }
+  if (failed.size() == replicas->size()) return ctx.Fail(failed.front().status);
+  Json out = Json::MakeObject();
+  const int code = ReportNodeFailures(ctx, failed, &out);
   if (ctx.json) {
-    std::printf("%s\n", Json::MakeObject()
-                            .Set("key", Hex(find.entry().key()))
-                            .Set("kind", KindName(find.entry().kind()))
-                            .Set("pinned", ttl_s > 0)
-                            .Set("ttl_s", ttl_s)
-                            .Set("nodes", std::move(nodes))
-                            .Dump()
-                            .c_str());
+    out.Set("key", Hex(find.entry().key()))
+        .Set("kind", KindName(find.entry().kind()))
+        .Set("pinned", ttl_s > 0)
+        .Set("ttl_s", ttl_s)
+        .Set("nodes", std::move(nodes));
+    std::printf("%s\n", out.Dump().c_str());
   } else if (ttl_s > 0) {
     std::printf("pinned %s %s for %s on %s\n", KindName(find.entry().kind()).c_str(),
                 Hex(find.entry().key()).c_str(),
@@ -339,7 +346,7 @@ int RunPin(Context& ctx, const EntryArgs& a, uint64_t ttl_s) {
     std::printf("unpinned %s %s on %s\n", KindName(find.entry().kind()).c_str(),
                 Hex(find.entry().key()).c_str(), where.c_str());
   }
-  return 0;
+  return code;
 }
 
 // ---- evict ----------------------------------------------------------------------
@@ -400,6 +407,8 @@ int RunEvict(Context& ctx, const EvictOptions& o) {
   std::vector<Row> rows;
   size_t missing = 0;
   Status not_found;
+  // A node that fails does not stop the others: what they evicted is listed.
+  std::vector<NodeFailure> failed;
   for (size_t i = 0; i < ctx.clients.size(); ++i) {
     Result<v1::EvictResponse> r = ctx.clients[i]->Evict(req);
     if (!r.ok()) {
@@ -407,15 +416,19 @@ int RunEvict(Context& ctx, const EvictOptions& o) {
       if (r.status().code() == StatusCode::kNotFound && !req.has_filter()) {
         ++missing;
         not_found = r.status();
-        continue;
+      } else {
+        failed.push_back({i, r.status()});
       }
-      return ctx.Fail(r.status());
+      continue;
     }
     evicted += r->evicted();
     deferred += r->deferred();
     pinned += r->skipped_pinned();
     bytes += r->bytes();
     for (const v1::EntryInfo& e : r->entries()) rows.push_back({i, e});
+  }
+  if (!failed.empty() && failed.size() + missing == ctx.clients.size()) {
+    return ctx.Fail(failed.front().status);  // no node evicted anything
   }
   if (missing == ctx.clients.size()) {
     return ctx.Fail(
@@ -435,16 +448,16 @@ int RunEvict(Context& ctx, const EvictOptions& o) {
       e.Set("status", status_of(r.entry));
       entries.Push(std::move(e));
     }
-    std::printf("%s\n", Json::MakeObject()
-                            .Set("dry_run", o.dry_run)
-                            .Set("evicted", evicted)
-                            .Set("deferred", deferred)
-                            .Set("skipped_pinned", pinned)
-                            .Set("bytes", bytes)
-                            .Set("entries", std::move(entries))
-                            .Dump()
-                            .c_str());
-    return 0;
+    Json out = Json::MakeObject();
+    out.Set("dry_run", o.dry_run)
+        .Set("evicted", evicted)
+        .Set("deferred", deferred)
+        .Set("skipped_pinned", pinned)
+        .Set("bytes", bytes)
+        .Set("entries", std::move(entries));
+    const int code = ReportNodeFailures(ctx, failed, &out);
+    std::printf("%s\n", out.Dump().c_str());
+    return code;
   }
   std::vector<std::string> headers = {"STATUS", "KEY", "KIND", "NAMESPACE", "PAYLOAD", "LEASES"};
   if (ctx.many()) headers.insert(headers.begin(), "NODE");
@@ -464,7 +477,7 @@ int RunEvict(Context& ctx, const EvictOptions& o) {
               o.dry_run ? "dry run: would evict " : "evicted ", static_cast<unsigned long>(evicted),
               FormatBytes(bytes).c_str(), o.dry_run ? "; nothing was removed" : "",
               static_cast<unsigned long>(deferred), static_cast<unsigned long>(pinned));
-  return 0;
+  return ReportNodeFailures(ctx, failed, nullptr);
 }
 
 }  // namespace
@@ -501,6 +514,8 @@ void AddEntryCommands(CLI::App& app, Runner* run) {
       Result<uint64_t> ttl = ParseDuration(*pin_ttl);
       if (!ttl.ok()) return ctx.Fail(ttl.status());
       if (*ttl == 0) return ctx.Fail(InvalidArgument("--ttl must be positive; unpin ends a pin"));
+      // Checked here: the request carries 32 bits, and a wrapped 0 unpins.
+      if (*ttl > kMaxPinTtlSeconds) return ctx.Fail(InvalidArgument("--ttl must be at most 30d"));
       return RunPin(ctx, *pin, *ttl);
     };
   });

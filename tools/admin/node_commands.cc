@@ -191,28 +191,39 @@ int RunNodes(Context& ctx) {
 // ---- stats --------------------------------------------------------------------
 
 int RunStats(Context& ctx, const std::string& node) {
-  std::vector<NodeClient*> targets;
+  std::vector<size_t> targets;  // into ctx.clients
   if (!node.empty()) {
     Result<NodeClient*> c = ctx.FindNode(node);
     if (!c.ok()) return ctx.Fail(c.status());
-    targets.push_back(*c);
+    for (size_t i = 0; i < ctx.clients.size(); ++i) {
+      if (ctx.clients[i].get() == *c) targets.push_back(i);
+    }
   } else {
-    for (const auto& c : ctx.clients) targets.push_back(c.get());
+    for (size_t i = 0; i < ctx.clients.size(); ++i) targets.push_back(i);
   }
+  // A node that does not answer does not hide the others.
   Json nodes = Json::MakeArray();
-  for (size_t i = 0; i < targets.size(); ++i) {
-    Result<v1::StatsResponse> s = targets[i]->Stats();
-    if (!s.ok()) return ctx.Fail(s.status());
+  std::vector<NodeFailure> failed;
+  bool printed = false;
+  for (const size_t i : targets) {
+    Result<v1::StatsResponse> s = ctx.clients[i]->Stats();
+    if (!s.ok()) {
+      failed.push_back({i, s.status()});
+      continue;
+    }
     if (ctx.json) {
-      nodes.Push(StatsJson(targets[i]->address(), *s));
+      nodes.Push(StatsJson(ctx.clients[i]->address(), *s));
     } else {
-      if (i > 0) std::printf("\n");
-      PrintStats(targets[i]->address(), *s);
+      if (printed) std::printf("\n");
+      PrintStats(ctx.clients[i]->address(), *s);
+      printed = true;
     }
   }
-  if (ctx.json)
-    std::printf("%s\n", Json::MakeObject().Set("nodes", std::move(nodes)).Dump().c_str());
-  return 0;
+  if (failed.size() == targets.size()) return ctx.Fail(failed.front().status);
+  Json out = Json::MakeObject();
+  const int code = ReportNodeFailures(ctx, failed, &out);
+  if (ctx.json) std::printf("%s\n", out.Set("nodes", std::move(nodes)).Dump().c_str());
+  return code;
 }
 
 // ---- top ----------------------------------------------------------------------
@@ -392,6 +403,7 @@ void AddNodeCommands(CLI::App& app, Runner* run) {
   auto top_opt = std::make_shared<TopOptions>();
   CLI::App* top = app.add_subcommand("top", "Refreshing rates per node (hits/s, bytes/s, ...)");
   top->add_option("--interval", top_opt->interval_s, "Seconds between refreshes")
+      ->check(Finite())
       ->check(CLI::Range(0.01, 3600.0));
   top->add_option("--iterations", top_opt->iterations, "Refreshes, then exit; 0: until Ctrl-C");
   top->callback(

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "strata/json_text.h"
 #include "strata/trace/trace_generator.h"
 
 int main(int argc, char** argv) {
@@ -43,15 +44,20 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "Print a JSON summary instead of a line of text");
   CLI11_PARSE(app, argc, argv);
 
-  const auto requests = strata::trace::GenerateTrace(o);
+  const auto generated = strata::trace::GenerateTrace(o);
+  if (!generated.ok()) {
+    std::fprintf(stderr, "strata-tracegen: %s\n", generated.status().ToString().c_str());
+    return 2;
+  }
+  const std::vector<strata::trace::TraceRequest>& requests = *generated;
   if (auto st = strata::trace::WriteTrace(out_path, requests); !st.ok()) {
     std::fprintf(stderr, "strata-tracegen: %s\n", st.ToString().c_str());
     return 1;
   }
   const uint64_t tokens = strata::trace::InputTokens(requests);
   if (json) {
-    std::printf("{\"requests\": %zu, \"input_tokens\": %llu, \"output\": \"%s\"}\n",
-                requests.size(), static_cast<unsigned long long>(tokens), out_path.c_str());
+    std::printf("{\"requests\": %zu, \"input_tokens\": %llu, \"output\": %s}\n", requests.size(),
+                static_cast<unsigned long long>(tokens), strata::JsonString(out_path).c_str());
   } else {
     std::printf("wrote %zu requests (%llu input tokens, preset %s) to %s\n", requests.size(),
                 static_cast<unsigned long long>(tokens), preset.c_str(), out_path.c_str());

@@ -13,7 +13,6 @@ namespace {
 
 // Limits not covered by wire.h's decoders (documented in cache.proto).
 constexpr uint32_t kDefaultPageSize = 100;
-constexpr uint32_t kMaxPinTtlS = 30 * 24 * 3600;
 
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -364,7 +363,7 @@ grpc::Status AdminService::Pin(grpc::ServerContext* ctx, const v1::PinRequest* r
     if (!p.ok()) return p.status();
     EntryCursor ref;
     STRATA_RETURN_IF_ERROR(wire::DecodeEntryRef(req->entry(), &ref));
-    if (req->ttl_s() > kMaxPinTtlS) return InvalidArgument("pin ttl above 30 days");
+    if (req->ttl_s() > kMaxPinTtlSeconds) return InvalidArgument("pin ttl above 30 days");
     if (req->ttl_s() == 0) return s_.store->Unpin(*p, ref.key, ref.kind);
     return s_.store->Pin(*p, ref.key, ref.kind, Seconds(req->ttl_s()));
   });

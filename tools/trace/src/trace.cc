@@ -9,7 +9,8 @@ namespace {
 
 // A cursor over one line of JSON restricted to what the format needs: an
 // object of integer and integer-array fields. Unknown fields are skipped if
-// they are numbers, strings or arrays of numbers.
+// they are integers or strings without escapes; any other value rejects the
+// line with a message naming the field.
 class Cursor {
  public:
   explicit Cursor(std::string_view s) : s_(s) {}

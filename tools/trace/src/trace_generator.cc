@@ -23,7 +23,27 @@ Result<TraceGeneratorOptions> TraceGeneratorOptions::Preset(const std::string& n
   return InvalidArgument("unknown trace preset '" + name + "' (known: chat, agent)");
 }
 
-std::vector<TraceRequest> GenerateTrace(const TraceGeneratorOptions& o) {
+Status TraceGeneratorOptions::Validate() const {
+  // About 31 years: every timestamp fits in int64 milliseconds.
+  constexpr double kMaxSeconds = 1e9;
+  const auto within = [](double v, double lo, double hi) {
+    return std::isfinite(v) && v >= lo && v <= hi;
+  };
+  if (!within(duration_s, 0, kMaxSeconds) || duration_s == 0) {
+    return InvalidArgument("duration_s must be positive and at most 1e9");
+  }
+  if (!within(mean_turns, 1, 1e6)) return InvalidArgument("mean_turns must be in 1..1e6");
+  if (!within(mean_think_s, 0, kMaxSeconds)) {
+    return InvalidArgument("mean_think_s must be in 0..1e9");
+  }
+  if (!within(system_prompt_zipf, 0, 100)) {
+    return InvalidArgument("system_prompt_zipf must be in 0..100");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<TraceRequest>> GenerateTrace(const TraceGeneratorOptions& o) {
+  STRATA_RETURN_IF_ERROR(o.Validate());
   std::mt19937_64 rng(o.seed);
   auto exponential = [&](double mean) {
     return std::exponential_distribution<double>(1.0 / std::max(mean, 1e-9))(rng);
@@ -33,7 +53,8 @@ std::vector<TraceRequest> GenerateTrace(const TraceGeneratorOptions& o) {
   for (size_t k = 0; k < zipf.size(); ++k) zipf[k] = 1.0 / std::pow(k + 1.0, o.system_prompt_zipf);
   std::discrete_distribution<uint32_t> pick_prompt(zipf.begin(), zipf.end());
   std::uniform_real_distribution<double> arrival(0, o.duration_s);
-  std::geometric_distribution<uint32_t> extra_turns(1.0 / std::max(o.mean_turns, 1.0));
+  // Its p must be below 1: a mean of one turn draws no extra turns.
+  std::geometric_distribution<uint32_t> extra_turns(o.mean_turns > 1 ? 1.0 / o.mean_turns : 0.5);
 
   // Block identities -> ids. (kind, a, b, c): kind 0 = system prompt block
   // (prompt, block); 1 = a full conversation block (conversation, block);
@@ -48,7 +69,7 @@ std::vector<TraceRequest> GenerateTrace(const TraceGeneratorOptions& o) {
   const uint64_t sys_len = o.system_prompt_tokens;
   for (uint32_t conv = 0; conv < o.conversations; ++conv) {
     const uint32_t prompt = pick_prompt(rng);
-    const uint32_t turns = 1 + extra_turns(rng);
+    const uint32_t turns = 1 + (o.mean_turns > 1 ? extra_turns(rng) : 0);
     double t = arrival(rng);
     uint64_t context = sys_len;  // tokens before this turn's new message
     for (uint32_t turn = 0; turn < turns; ++turn) {

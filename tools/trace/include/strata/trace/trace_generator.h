@@ -36,9 +36,13 @@ struct TraceGeneratorOptions {
   // output: 12 turns, 5 s think time, 1500-token tool outputs, 150-token
   // answers, 4000 sessions an hour).
   static Result<TraceGeneratorOptions> Preset(const std::string& name);
+
+  // Times and means finite and in range (at least one turn, a positive
+  // arrival window, timestamps that fit in milliseconds).
+  Status Validate() const;
 };
 
-// Requests sorted by timestamp.
-std::vector<TraceRequest> GenerateTrace(const TraceGeneratorOptions& options);
+// Requests sorted by timestamp; INVALID_ARGUMENT if !options.Validate().
+Result<std::vector<TraceRequest>> GenerateTrace(const TraceGeneratorOptions& options);
 
 }  // namespace strata::trace
