@@ -213,6 +213,40 @@ TEST_F(EtcdClientTest, WatchRelistsAfterEtcdRestart) {
   EXPECT_TRUE(log.Has("reset:1"));  // the listing after the restart holds /w/a
 }
 
+TEST_F(EtcdClientTest, WatchRelistsAfterACompactionAndSaysSo) {
+  auto c = Connect({etcd_->endpoint()});
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Put("/w/a", "1").ok());
+  // Between the first listing and the watch that follows it, a write and a
+  // compaction past it: the watch starts below the compacted revision.
+  WatchLog log;
+  EtcdWatchHandler h = log.Handler();
+  std::mutex mu;
+  std::vector<std::string> errors;
+  bool compacted = false;
+  h.on_reset = [&, inner = h.on_reset](const EtcdRange& r) {
+    inner(r);
+    if (compacted) return;
+    compacted = true;
+    ASSERT_TRUE(c->Put("/w/b", "2").ok());
+    ASSERT_TRUE(c->Put("/x", "bump").ok());
+    auto now = c->GetPrefix("/x");
+    ASSERT_TRUE(now.ok());
+    ASSERT_TRUE(c->Compact(now->revision).ok());
+  };
+  h.on_error = [&](const Status& st) {
+    std::lock_guard lock(mu);
+    errors.push_back(st.message());
+  };
+  auto watch = c->WatchPrefix("/w/", h);
+  ASSERT_TRUE(WaitFor([&] { return watch->resets() >= 2; }, milliseconds(10000)));
+  EXPECT_TRUE(WaitFor([&] { return log.Has("reset:2"); }, milliseconds(5000)));  // /w/b too
+  std::lock_guard lock(mu);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors.front().find("history compacted at revision"), std::string::npos)
+      << errors.front();
+}
+
 TEST_F(EtcdClientTest, FailsOverToTheEndpointThatAnswers) {
   auto c = Connect({DeadEndpoint(), etcd_->endpoint()}, milliseconds(1000));
   ASSERT_NE(c, nullptr);
@@ -328,6 +362,38 @@ TEST_F(EtcdMembershipTest, DrainingShowsInTheRecord) {
   draining = true;
   EXPECT_TRUE(WaitFor([&] { return m->Nodes().size() == 1 && m->Nodes()[0].draining; },
                       milliseconds(5000)));
+}
+
+TEST_F(EtcdMembershipTest, ARefusedRecordUpdateDoesNotStopTheKeepAlives) {
+  // etcd refuses every Put once its space quota is hit (the NOSPACE alarm)
+  // but still renews leases: a node that starts draining then must stay
+  // registered, under the same lease, not spin on the refused update.
+  etcd_.reset();
+  std::string error;
+  etcd_ = EtcdProcess::Start(dir_ + "/etcd-quota", &error, 0, "",
+                             {"--quota-backend-bytes", std::to_string(4 << 20)});
+  ASSERT_NE(etcd_, nullptr) << error;
+  auto m = Open();
+  ASSERT_NE(m, nullptr);
+  std::atomic<bool> draining{false};
+  auto r = Register("node-q", &draining);
+  ASSERT_TRUE(WaitFor([&] { return m->Nodes().size() == 1; }, milliseconds(5000)));
+  const int64_t lease = r->lease_id();
+  auto c = Connect({etcd_->endpoint()});
+  ASSERT_NE(c, nullptr);
+  const std::string big(1 << 20, 'x');
+  bool refused = false;
+  for (int i = 0; i < 16 && !refused; ++i) {
+    refused = !c->Put("/fill/" + std::to_string(i), big).ok();
+  }
+  ASSERT_TRUE(refused) << "etcd never hit its quota";
+  draining = true;
+  std::this_thread::sleep_for(seconds(6));  // three lease TTLs
+  EXPECT_EQ(r->lease_id(), lease);
+  EXPECT_EQ(r->registrations(), 1u);
+  auto kv = c->Get(cluster::NodeKey("test", "node-q"));
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(kv->lease, lease);
 }
 
 TEST_F(EtcdMembershipTest, SettingsFromEtcdBadValuesIgnored) {

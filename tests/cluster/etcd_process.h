@@ -44,13 +44,14 @@ class EtcdProcess {
   // its client port answers. `client_port` 0 picks a free one. With
   // `extra_host` (an address of this machine) clients may also connect
   // there, on the same port. On failure returns nullptr and puts the log in
-  // *error.
+  // *error. `flags` go on etcd's command line as they are.
   static std::unique_ptr<EtcdProcess> Start(const std::string& dir, std::string* error,
-                                            int client_port = 0,
-                                            const std::string& extra_host = "") {
+                                            int client_port = 0, const std::string& extra_host = "",
+                                            std::vector<std::string> flags = {}) {
     std::unique_ptr<EtcdProcess> e(new EtcdProcess());
     e->dir_ = dir;
     e->extra_host_ = extra_host;
+    e->flags_ = std::move(flags);
     e->client_port_ = client_port != 0 ? client_port : PickPort();
     e->peer_port_ = PickPort();
     std::filesystem::create_directories(dir);
@@ -151,6 +152,7 @@ class EtcdProcess {
                                      "zap",
                                      "--log-level",
                                      "warn"};
+    args.insert(args.end(), flags_.begin(), flags_.end());
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
@@ -183,6 +185,7 @@ class EtcdProcess {
   }
 
   std::string dir_, log_path_, extra_host_;
+  std::vector<std::string> flags_;
   int client_port_ = 0, peer_port_ = 0;
   int launches_ = 0;
   pid_t pid_ = 0;

@@ -482,8 +482,9 @@ class PrefixWatch final : public EtcdWatch {
       ctx_.reset();
     }
     if (!Stopping()) {
-      Report(finished.ok() ? Unavailable("etcd watch " + prefix_ + ": " + why)
-                           : FromEtcd("watch " + prefix_, finished));
+      // A stream we ended finishes CANCELLED: the reason is ours to say.
+      Report(finished.ok() || abandoned ? Unavailable("etcd watch " + prefix_ + ": " + why)
+                                        : FromEtcd("watch " + prefix_, finished));
     }
     return created;
   }

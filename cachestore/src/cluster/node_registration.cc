@@ -102,7 +102,9 @@ void NodeRegistration::Run() {
   const milliseconds keepalive_every = std::max(ttl / 3, kPollInterval);
   Clock::time_point last_renewed = Clock::now();
   Clock::time_point next_keepalive = Clock::now();
+  Clock::time_point next_record_put = Clock::now();
   bool outage_logged = false;
+  bool record_failure_logged = false;
   while (!Stopping()) {
     int64_t lease = 0;
     bool written_draining = false;
@@ -128,14 +130,25 @@ void NodeRegistration::Run() {
     } else {
       Status st = Status::Ok();
       const bool draining = options_.draining && options_.draining();
-      if (draining != written_draining) {
+      // A refused update (etcd out of space refuses every Put but renews
+      // leases) is retried later; the keep-alives go on meanwhile.
+      if (draining != written_draining && Clock::now() >= next_record_put) {
         NodeRecord record = options_.record;
         record.info.draining = draining;
-        st = client_->Put(key_, EncodeNodeRecord(record), lease);
-        if (st.ok()) {
+        const Status put = client_->Put(key_, EncodeNodeRecord(record), lease);
+        if (put.ok()) {
           std::lock_guard lock(mu_);
           written_draining_ = draining;
           spdlog::info("event=etcd_record_updated key={} draining={}", key_, draining);
+          record_failure_logged = false;
+        } else {
+          next_record_put = Clock::now() + kRetryInterval;
+          if (put.code() == StatusCode::kLeaseExpired) st = put;
+          if (!record_failure_logged) {
+            spdlog::warn("event=etcd_record_update_failed key={} error=\"{}\" retry_ms={}", key_,
+                         put.ToString(), kRetryInterval.count());
+            record_failure_logged = true;
+          }
         }
       }
       if (st.ok() && Clock::now() >= next_keepalive) {
