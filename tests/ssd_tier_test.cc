@@ -493,6 +493,51 @@ TEST(SsdTierTest, WatermarkEvictsLeastRecentlyUsedAndReusesSpace) {
   EXPECT_EQ(tier->Stats().entries, entries);
 }
 
+// A second tier on a live tier's directory is refused before it touches a
+// file: resizing them would cut off the live tier's entries.
+TEST(SsdTierTest, ADirectoryServesOneTierAtATime) {
+  TempDir dir;
+  SsdTierOptions o = Options(dir.path(), 16 << 20);
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> p = RandomBytes(1 << 20, 9);
+  for (uint64_t i = 0; i < 12; ++i) ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+  SsdTierOptions smaller = Options(dir.path(), 2 << 20);
+  smaller.index_dir = dir.path() + "/other-index";  // its own index: no RocksDB lock to hit
+  auto second = SsdTier::Open(smaller);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("in use by another SSD tier"), std::string::npos)
+      << second.status().ToString();
+  for (uint64_t i = 0; i < 12; ++i) {
+    std::vector<std::byte> back(p.size());
+    const Status read = tier->Read({Key(i), back});
+    ASSERT_TRUE(read.ok()) << i << ": " << read.ToString();
+    EXPECT_EQ(back, p);
+  }
+  tier.reset();  // the lock goes with it
+  EXPECT_TRUE(SsdTier::Open(o).ok());
+}
+
+// An entry larger than one data file could never be placed: refused at
+// once, evicting nothing for it.
+TEST(SsdTierTest, AnEntryLargerThanADataFileIsRefusedWithoutEvicting) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path(), 256 << 10);  // four files of 64 KiB
+  o.data_files = 4;
+  o.clock = &clock;
+  o.high_watermark = o.low_watermark = 1.0;
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> small = RandomBytes(4000, 1);
+  for (uint64_t i = 0; i < 60; ++i) ASSERT_TRUE(tier->Write({Key(i), small, 1, 1}).ok());
+  const std::vector<std::byte> big = RandomBytes(100 << 10, 2);
+  const Status st = tier->Write({Key(1000), big, 1, 1});
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("exceeds one data file"), std::string::npos) << st.ToString();
+  EXPECT_EQ(tier->Stats().entries, 60u);
+  EXPECT_EQ(tier->Stats().evictions, 0u);
+}
+
 // A ring of depth 2 over one 16-block O_DIRECT file, and batches of six
 // one-block ops whose writes fill `block` and whose reads count the blocks
 // that came back equal to it.
@@ -564,6 +609,19 @@ TEST_F(UringRingTest, RetriesRefusedSubmitsAndBreaksOnFailure) {
   Run(again);
   for (const IoOp& op : again) EXPECT_EQ(op.result, -EIO);
   EXPECT_EQ(drained_, 2u);
+}
+
+// A kernel that refuses every submission (it cannot allocate requests)
+// fails the batch after a while instead of holding its caller forever.
+TEST_F(UringRingTest, ASubmissionRefusedForeverFailsTheBatch) {
+  ring_->FailSubmitsForTesting(-EAGAIN, UINT32_MAX);
+  std::vector<IoOp> writes = Batch(true);
+  auto run = std::async(std::launch::async, [&] { Run(writes); });
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "the batch never returned";
+  for (const IoOp& op : writes) EXPECT_EQ(op.result, -EAGAIN);
+  EXPECT_EQ(done_, 0u);
+  EXPECT_TRUE(ring_->broken());
 }
 
 // A ring whose wait for completions fails outright still never returns

@@ -36,6 +36,8 @@ constexpr uint64_t kSsdBlockBytes = 4096;
 constexpr uint64_t SsdIoBytes(uint64_t payload_bytes) {
   return (payload_bytes + kSsdBlockBytes - 1) / kSsdBlockBytes * kSsdBlockBytes;
 }
+// The largest entry the tier takes (and trusts in its index on open).
+constexpr uint64_t kMaxSsdPayloadBytes = uint64_t{1} << 30;
 
 struct SsdTierOptions {
   std::string dir;                        // data files live here, and the index by default

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -114,6 +115,7 @@ struct SsdTier::Impl {
   Metrics m{};
   std::unique_ptr<SsdIndex> index;  // under index_mu once open
   std::string index_path;
+  int lock_fd = -1;  // holds flock(<dir>/LOCK): one process per directory
   std::vector<int> fds;
   std::vector<std::string> paths;
 
@@ -188,6 +190,7 @@ struct SsdTier::Impl {
 
   ~Impl() {
     for (int fd : fds) ::close(fd);
+    if (lock_fd >= 0) ::close(lock_fd);  // last: the files are closed
   }
 
   // ---- rings ----------------------------------------------------------------
@@ -816,6 +819,16 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
   if (ec) return Unavailable("cannot create " + options.dir + ": " + ec.message());
+  // Before anything is opened or resized: a second tier on this directory
+  // (a restart racing the old process, another node) would shrink or
+  // overwrite the live one's files, whatever its index directory.
+  const std::string lock_path = options.dir + "/LOCK";
+  impl->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (impl->lock_fd < 0) return Unavailable("open " + lock_path + ": " + Errno(errno));
+  if (::flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Unavailable("SSD directory " + options.dir + " is in use by another SSD tier (" +
+                       lock_path + " is locked: " + Errno(errno) + ")");
+  }
   for (uint32_t f = 0; f < options.data_files; ++f) {
     const std::string path = options.dir + "/data-" + std::to_string(f) + ".bin";
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
@@ -850,7 +863,8 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
     const bool ok = key.has_value() && meta.has_value() && meta->file < options.data_files &&
                     meta->offset % kSsdBlockBytes == 0 &&
                     meta->extent_bytes == SsdIoBytes(meta->payload_bytes) &&
-                    meta->payload_bytes > 0 && meta->expiry > now &&
+                    meta->payload_bytes > 0 && meta->payload_bytes <= kMaxSsdPayloadBytes &&
+                    meta->expiry > now &&
                     impl->space[meta->file].Claim(meta->offset, meta->extent_bytes);
     if (!ok) {
       bad.emplace_back(k);
@@ -897,8 +911,17 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     const bool allowed = s.WritesAllowedLocked(now) && index_ok;
     for (size_t i = 0; i < writes.size(); ++i) {
       const SsdWrite& w = writes[i];
-      if (w.payload.empty() || w.payload.size() > (uint64_t{1} << 30)) {
+      if (w.payload.empty() || w.payload.size() > kMaxSsdPayloadBytes) {
         out[i] = InvalidArgument("SSD payload must be 1 byte .. 1 GiB");
+        continue;
+      }
+      // An extent lives in one data file: a larger one could never be
+      // placed, and making room for it would empty the tier for nothing.
+      if (SsdIoBytes(w.payload.size()) > s.space[0].capacity_bytes()) {
+        out[i] = ResourceExhausted("SSD entry of " + std::to_string(w.payload.size()) +
+                                   " bytes exceeds one data file (" +
+                                   std::to_string(s.space[0].capacity_bytes()) +
+                                   " bytes): fewer data files or more capacity would hold it");
         continue;
       }
       keys[i] = EncodeSsdKey(w.key);
@@ -927,7 +950,9 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       if (!todo[i]) continue;
       auto where = s.AllocateLocked(SsdIoBytes(writes[i].payload.size()));
       if (!where.has_value()) {
-        out[i] = ResourceExhausted("no room on the SSD tier (every entry is being read)");
+        out[i] = ResourceExhausted(
+            "no room on the SSD tier for " + std::to_string(SsdIoBytes(writes[i].payload.size())) +
+            " bytes in one run (entries being read, or free space in smaller pieces)");
         s.pending.erase(keys[i]);
         todo[i] = false;
         continue;

@@ -16,6 +16,10 @@ constexpr uint64_t kAlign = 4096;
 // user_data: op index in the low 40 bits, bounce slot + 1 above (0: direct).
 constexpr int kSlotShift = 40;
 constexpr uint64_t kOpMask = (uint64_t{1} << kSlotShift) - 1;
+// Refused submissions with nothing in the kernel, 100 us apart, before the
+// refusal counts as a ring failure (about a second: the kernel has been
+// unable to allocate requests all along).
+constexpr uint32_t kMaxIdleSubmitRetries = 10000;
 
 }  // namespace
 
@@ -66,6 +70,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
   for (uint32_t i = 0; i < depth_; ++i) free_slots[i] = depth_ - 1 - i;
   std::vector<size_t> completed;  // reaped, their done_fn not yet run
   size_t next = 0, inflight = 0, reaped = 0;
+  uint32_t idle_retries = 0;
   auto buffer = [&](uint32_t slot) {
     return std::span<std::byte>(buffers_ + uint64_t{slot} * buffer_bytes_, buffer_bytes_);
   };
@@ -124,13 +129,19 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
     const size_t in_kernel = inflight - io_uring_sq_ready(&ring_);
     if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) {
       // Not taken this time. With nothing in the kernel to wait for, waiting
-      // would never return: pause, then submit again.
+      // would never return: pause, then submit again, for a while. Past
+      // that the ring fails below (its refused entries are still queued:
+      // it must never submit again).
       if (in_kernel == 0 && io_uring_cq_ready(&ring_) == 0) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-        continue;
+        if (++idle_retries < kMaxIdleSubmitRetries) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          continue;
+        }
+      } else {
+        rc = 0;
       }
-      rc = 0;
     }
+    if (rc >= 0) idle_retries = 0;
     if (rc >= 0) {
       io_uring_cqe* first = nullptr;
       rc = Wait(&first);

@@ -46,7 +46,8 @@ class UringRing {
   using DoneFn = std::function<void(size_t)>;
 
   // Runs every op; each op's `result` says how it went. A submission the
-  // kernel cannot take now (EAGAIN, EBUSY) is retried. A ring-level failure
+  // kernel cannot take now (EAGAIN, EBUSY) is retried, for about a second
+  // when the kernel holds nothing (then it is a failure). A ring-level failure
   // fails the ops not yet completed with its -errno, after waiting for those
   // the kernel holds; the ring is then broken and fails every later batch.
   // Never returns while the kernel holds an op, even if waiting fails: the
