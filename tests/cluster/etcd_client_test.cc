@@ -364,6 +364,22 @@ TEST_F(EtcdMembershipTest, DrainingShowsInTheRecord) {
                       milliseconds(5000)));
 }
 
+TEST_F(EtcdMembershipTest, AListingLargerThanGrpcsDefaultLimitStillLoads) {
+  // Large values anyone may write under the cluster's prefix: the listing
+  // is bigger than gRPC's 4 MiB default receive limit.
+  auto c = Connect({etcd_->endpoint()});
+  ASSERT_NE(c, nullptr);
+  const std::string big((1 << 20) + (400 << 10), 'x');
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(c->Put("/strata/test/junk/" + std::to_string(i), big).ok());
+  }
+  auto r = Register("node-big");
+  auto m = Open();
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(
+      WaitFor([&] { return Ids(*m) == std::vector<std::string>{"node-big"}; }, milliseconds(5000)));
+}
+
 TEST_F(EtcdMembershipTest, ARefusedRecordUpdateDoesNotStopTheKeepAlives) {
   // etcd refuses every Put once its space quota is hit (the NOSPACE alarm)
   // but still renews leases: a node that starts draining then must stay
@@ -406,6 +422,9 @@ TEST_F(EtcdMembershipTest, SettingsFromEtcdBadValuesIgnored) {
   EXPECT_EQ(m->Settings().block_tokens, 0u);
   ASSERT_TRUE(c->Put(cluster::SettingKey("test", cluster::kBlockTokensSetting), "256").ok());
   EXPECT_TRUE(WaitFor([&] { return m->Settings().block_tokens == 256; }, milliseconds(5000)));
+  // As `echo 3 | etcdctl put KEY` writes it.
+  ASSERT_TRUE(c->Put(cluster::SettingKey("test", cluster::kReplicationFactorSetting), "3\n").ok());
+  EXPECT_TRUE(WaitFor([&] { return m->Settings().replication_factor == 3; }, milliseconds(5000)));
   ASSERT_TRUE(c->Put(cluster::SettingKey("test", cluster::kReplicationFactorSetting), "two").ok());
   EXPECT_TRUE(WaitFor([&] { return m->Settings().replication_factor == 1; }, milliseconds(5000)));
   // A garbage node record is skipped; the good ones stay.

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -48,6 +50,9 @@ std::shared_ptr<Endpoint> Connect(const std::string& target) {
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Our own connections, so replacing a stuck channel really reconnects.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A listing holds every key under a prefix, each up to etcd's 1.5 MiB:
+  // gRPC's 4 MiB default would fail it (etcd's own client allows 2 GiB).
+  args.SetMaxReceiveMessageSize(std::numeric_limits<int>::max());
   auto ep = std::make_shared<Endpoint>();
   ep->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   ep->kv = pb::KV::NewStub(ep->channel);
@@ -184,19 +189,17 @@ struct EtcdClient::Impl {
   std::vector<std::unique_ptr<EndpointSlot>> endpoints;
   std::atomic<size_t> preferred{0};  // the endpoint that last answered
 
-  std::chrono::system_clock::time_point Deadline() const {
-    return std::chrono::system_clock::now() + options.call_timeout;
-  }
-
   // Runs `fn(endpoint, context)` against the endpoints in turn, starting
   // with the preferred one, until one answers or the call's deadline
   // passes. With several endpoints each try gets a share of the deadline,
   // so one that hangs cannot use it all; a connection that fails fast (etcd
-  // restarting) is tried again after a short pause.
+  // restarting) is tried again after a short pause. The call's deadline is
+  // on the steady clock: a wall clock stepped back must not stretch it (gRPC
+  // takes each try's deadline on the wall clock, from now).
   template <typename Fn>
   Status Call(const std::string& what, Fn fn) {
-    using std::chrono::system_clock;
-    const system_clock::time_point deadline = Deadline();
+    using std::chrono::steady_clock;
+    const steady_clock::time_point deadline = steady_clock::now() + options.call_timeout;
     const size_t n = endpoints.size();
     const auto share = std::max<std::chrono::milliseconds>(
         options.call_timeout / static_cast<int>(n), std::chrono::milliseconds(250));
@@ -206,10 +209,11 @@ struct EtcdClient::Impl {
       if (attempt > 0 && attempt % n == 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      const system_clock::time_point now = system_clock::now();
+      const steady_clock::time_point now = steady_clock::now();
       if (now >= deadline) break;
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::min(deadline, now + share));
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::min<steady_clock::duration>(deadline - now, share));
       std::shared_ptr<Endpoint> conn = endpoints[idx]->Get();
       last = fn(*conn, &ctx);
       if (last.ok() || !Retriable(last)) endpoints[idx]->Answered();

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "cluster/etcd_client.h"
@@ -77,15 +78,16 @@ Result<NodeRecord> DecodeNodeRecord(std::string_view json) {
 namespace {
 
 // A positive decimal setting; nullopt (logged) when it does not parse.
-std::optional<uint32_t> ParseSetting(const std::string& key, const std::string& value) {
+// A positive decimal; surrounding whitespace is allowed (`echo 2 | etcdctl
+// put KEY` stores "2\n").
+std::optional<uint32_t> ParseSetting(std::string_view value) {
+  const size_t first = value.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return std::nullopt;
+  value = value.substr(first, value.find_last_not_of(" \t\r\n") - first + 1);
   uint32_t v = 0;
   const char* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, v);
-  if (ec != std::errc() || ptr != end || v == 0) {
-    spdlog::warn("event=etcd_setting_ignored key={} value=\"{}\" reason=\"not a positive integer\"",
-                 key, value);
-    return std::nullopt;
-  }
+  if (ec != std::errc() || ptr != end || v == 0) return std::nullopt;
   return v;
 }
 
@@ -181,19 +183,18 @@ class EtcdMembership final : public Membership {
           const std::string id = key.substr(nodes_prefix.size());
           Result<NodeRecord> r = DecodeNodeRecord(value);
           if (!r.ok() || !ValidateKeySegment("node id", id).ok()) {
-            if (warned_.size() > 1024) warned_.clear();
-            if (warned_.insert(key + value).second) {
-              spdlog::warn("event=etcd_node_ignored key={} error=\"{}\"", key,
-                           r.ok() ? "bad node id" : r.status().ToString());
-            }
+            WarnOnceLocked(key, value, r.ok() ? "bad node id" : r.status().ToString());
             continue;
           }
           r->info.node_id = id;  // the key is authoritative
           nodes.push_back(r->info);
-        } else if (key == rf_key) {
-          if (auto v = ParseSetting(key, value)) settings.replication_factor = *v;
-        } else if (key == bt_key) {
-          if (auto v = ParseSetting(key, value)) settings.block_tokens = *v;
+        } else if (key == rf_key || key == bt_key) {
+          const std::optional<uint32_t> v = ParseSetting(value);
+          if (!v.has_value()) {
+            WarnOnceLocked(key, value, "not a positive integer");
+          } else {
+            (key == rf_key ? settings.replication_factor : settings.block_tokens) = *v;
+          }
         }
       }
       // kvs_ is a sorted map: nodes come out sorted by node_id.
@@ -202,6 +203,14 @@ class EtcdMembership final : public Membership {
       settings_ = settings;
     }
     if (changed) Notify(nodes);
+  }
+
+  // A bad value is logged once, not at every event or reconnect.
+  void WarnOnceLocked(const std::string& key, const std::string& value, const std::string& why) {
+    if (warned_.size() > 1024) warned_.clear();
+    if (warned_.insert(key + '\0' + value).second) {
+      spdlog::warn("event=etcd_value_ignored key={} error=\"{}\"", key, why);
+    }
   }
 
   void Notify(const std::vector<NodeInfo>& nodes) {
