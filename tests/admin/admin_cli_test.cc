@@ -441,6 +441,14 @@ TEST_F(AdminCliTest, PrefixReportsHitsTierNodeAndFirstMissingBlock) {
       Admin(kAdminA, {"prefix", "--model", TestModel().ToHex(), "--tokens-file", bad});
   EXPECT_EQ(bad_run.code, 6);
   EXPECT_NE(bad_run.err.find("bad-tokens.txt:2: 'five'"), std::string::npos) << bad_run.err;
+  // An empty prompt has nothing to look up: said, not "0 of 0 blocks hit".
+  const std::string empty = dir_ + "/empty-tokens.txt";
+  std::ofstream(empty) << "# nothing\n";
+  AdminRun empty_run =
+      Admin(kAdminA, {"prefix", "--model", TestModel().ToHex(), "--tokens-file", empty});
+  EXPECT_EQ(empty_run.code, 6);
+  EXPECT_NE(empty_run.err.find("the prompt (0 tokens) has no full block"), std::string::npos)
+      << empty_run.err;
 }
 
 TEST_F(AdminCliTest, EvictByKeyDryRunKeepsEverythingThenRemoves) {

@@ -386,10 +386,6 @@ int RunEvict(Context& ctx, const EvictOptions& o) {
     prompt.model = o.filter.model;
     Result<PromptKeys> keys = DerivePromptKeys(ctx, prompt, o.filter.ns);
     if (!keys.ok()) return ctx.Fail(keys.status());
-    if (keys->keys.empty()) {
-      return ctx.Fail(InvalidArgument("the prompt has no full block of " +
-                                      std::to_string(prompt.block_tokens) + " tokens"));
-    }
     for (const ChainKey& k : keys->keys) {
       req.mutable_prefix()->add_keys(
           std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));

@@ -40,6 +40,12 @@ Result<PromptKeys> DerivePromptKeys(Context& ctx, const PromptOptions& options,
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root));
   Result<std::vector<ChainKey>> keys = ChainKeys::ForPrompt(root, out.tokens, options.block_tokens);
   if (!keys.ok()) return keys.status();
+  // Only full blocks have keys: a shorter prompt names nothing to look up.
+  if (keys->empty()) {
+    return InvalidArgument("the prompt (" + std::to_string(out.tokens.size()) +
+                           " tokens) has no full block of " + std::to_string(options.block_tokens) +
+                           " tokens");
+  }
   if (keys->size() > kMaxBlocksPerCall) {
     return InvalidArgument("prompt of " + std::to_string(keys->size()) + " blocks exceeds " +
                            std::to_string(kMaxBlocksPerCall));

@@ -30,7 +30,8 @@ struct PromptKeys {
   std::vector<ChainKey> keys;  // key[1..n], one per full block
 };
 // `ns`: the namespace to derive for; empty: the token's own (from Hello;
-// operator tokens must name one).
+// operator tokens must name one). INVALID_ARGUMENT for a prompt without a
+// full block.
 Result<PromptKeys> DerivePromptKeys(Context& ctx, const PromptOptions& options,
                                     const std::string& ns);
 
