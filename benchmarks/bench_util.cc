@@ -46,7 +46,9 @@ void Table::Print(const std::string& title) const {
 
 void JsonObject::Add(const std::string& key, double value) {
   char buf[64];
-  if (std::isfinite(value)) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 0x1p53) {
+    std::snprintf(buf, sizeof(buf), "%.0f", value);  // counts stay exact: 1234567, not 1.23457e+06
+  } else if (std::isfinite(value)) {
     std::snprintf(buf, sizeof(buf), "%.6g", value);
   } else {
     std::snprintf(buf, sizeof(buf), "null");

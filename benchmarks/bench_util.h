@@ -27,7 +27,8 @@ struct Table {
   void Print(const std::string& title) const;
 };
 
-// A flat JSON object built in insertion order.
+// A flat JSON object built in insertion order. Whole numbers print exactly;
+// nan and inf print as null.
 class JsonObject {
  public:
   void Add(const std::string& key, double value);

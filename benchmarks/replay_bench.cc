@@ -1,6 +1,7 @@
 #include "replay_bench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -18,6 +19,10 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     return 1;
   }
   std::vector<trace::TraceRequest> requests = std::move(loaded).value();
+  if (requests.empty()) {
+    std::fprintf(stderr, "strata-bench replay: %s holds no request\n", o.trace.c_str());
+    return 1;
+  }
   if (o.max_requests > 0 && requests.size() > o.max_requests) requests.resize(o.max_requests);
   // Two tiers are inclusive (every block is written back), so the
   // references get the larger tier's capacity: the bound to compare with.
@@ -87,6 +92,11 @@ int RunReplayBench(const ReplayBenchOptions& o) {
   const trace::HitStats belady = trace::SimulateBelady(requests, capacity_blocks);
 
   const trace::ReplayResult& r = *tested;
+  // nan (null in JSON, "-" in the table), not 1e+12, when a reference hit nothing.
+  const auto over = [](double x, double y) { return y > 0 ? x / y : std::nan(""); };
+  const auto shown = [](double v, int digits) {
+    return std::isfinite(v) ? Fixed(v, digits) : std::string("-");
+  };
   if (o.json) {
     JsonObject j;
     j.Add("trace", o.trace);
@@ -102,8 +112,8 @@ int RunReplayBench(const ReplayBenchOptions& o) {
     j.Add("lru_hit_ratio", lru_store->hit_ratio());
     j.Add("lru_reference_hit_ratio", lru_ref.ratio());
     j.Add("belady_hit_ratio", belady.ratio());
-    j.Add("vs_lru", r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12));
-    j.Add("vs_belady", r.hit_ratio() / std::max(belady.ratio(), 1e-12));
+    j.Add("vs_lru", over(r.hit_ratio(), lru_store->hit_ratio()));
+    j.Add("vs_belady", over(r.hit_ratio(), belady.ratio()));
     j.Add("ops_per_s", r.ops_per_s());
     j.Add("block_ops", static_cast<double>(r.block_ops));
     j.Add("evictions", static_cast<double>(r.evictions));
@@ -125,8 +135,8 @@ int RunReplayBench(const ReplayBenchOptions& o) {
   }
   if (remote) t.Add("store", o.node, "a strata-node, under its own policy");
   t.Add("hit ratio, store + " + policy, Fixed(r.hit_ratio(), 4),
-        "x" + Fixed(r.hit_ratio() / std::max(lru_store->hit_ratio(), 1e-12), 2) + " of LRU, " +
-            Fixed(100 * r.hit_ratio() / std::max(belady.ratio(), 1e-12), 1) + "% of optimum");
+        "x" + shown(over(r.hit_ratio(), lru_store->hit_ratio()), 2) + " of LRU, " +
+            shown(100 * over(r.hit_ratio(), belady.ratio()), 1) + "% of optimum");
   t.Add("hit ratio, store + lru", Fixed(lru_store->hit_ratio(), 4),
         o.ssd_capacity_tokens > 0 ? "both tiers lru"
         : remote                  ? "in-process, same capacity"

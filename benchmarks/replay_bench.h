@@ -27,16 +27,22 @@ struct ReplayBenchOptions {
         ->check(CLI::Range(uint64_t{512}, uint64_t{1} << 40));
     app.add_option("--policy", policy,
                    "Eviction policy under test: deadline, aslru or lru (with --node: the one "
-                   "the node should be running)");
+                   "the node should be running)")
+        ->check(CLI::IsMember({"deadline", "aslru", "lru"}));
     app.add_flag("--full-payload", full_payload,
                  "Store and fetch 890 B/token of global KV per block (default: metadata only)");
-    app.add_option("--ssd-capacity-tokens", ssd_capacity_tokens,
-                   "Two tiers: an SSD tier of this many tokens behind the DRAM tier (0: off)");
+    CLI::Option* ssd =
+        app.add_option("--ssd-capacity-tokens", ssd_capacity_tokens,
+                       "Two tiers: an SSD tier of this many tokens behind the DRAM tier (0: off)")
+            ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
     app.add_option("--ssd-dir", ssd_dir,
                    "Where the SSD tier's files go (a fresh subdirectory, removed afterwards; "
-                   "needs O_DIRECT)");
+                   "needs O_DIRECT)")
+        ->needs(ssd);
     app.add_option("--ssd-policy", ssd_policy,
-                   "The SSD tier's eviction policy under test: deadline or lru");
+                   "The SSD tier's eviction policy under test: deadline or lru")
+        ->check(CLI::IsMember({"deadline", "lru"}))
+        ->needs(ssd);
     app.add_option("--node", node,
                    "Replay against a running strata-node (strata://host:port) under its own "
                    "policy and capacity; prints the settings it needs");

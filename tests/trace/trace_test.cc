@@ -99,14 +99,27 @@ TEST(TraceTest, ParsesAndRejects) {
   TraceRequest back;
   ASSERT_TRUE(ParseTraceLine(FormatTraceLine(r), &back).ok());
   EXPECT_EQ(back.hash_ids, r.hash_ids);
-  for (const char* bad : {"", "{", "[1]", R"({"timestamp": 1})",
-                          R"({"timestamp": 1, "input_length": 10, "hash_ids": [1,]})",
-                          R"({"timestamp": 1, "input_length": 10, "hash_ids": [-1]})",
-                          R"({"timestamp": 1.5, "input_length": 10, "hash_ids": [1]})",
-                          R"({"timestamp": 1, "input_length": 2000, "hash_ids": [1]})",
-                          R"({"timestamp": 1, "input_length": 10, "hash_ids": [1]} x)"}) {
+  for (const char* bad :
+       {"", "{", "[1]", R"({"timestamp": 1})",
+        R"({"timestamp": 1, "input_length": 10, "hash_ids": [1,]})",
+        R"({"timestamp": 1, "input_length": 10, "hash_ids": [-1]})",
+        R"({"timestamp": 1.5, "input_length": 10, "hash_ids": [1]})",
+        R"({"timestamp": 1, "input_length": 2000, "hash_ids": [1]})",
+        R"({"timestamp": 1, "input_length": 10, "hash_ids": [1]} x)",
+        // More ids than the input's blocks.
+        R"({"timestamp": 1, "input_length": 1, "hash_ids": [1, 2]})",
+        // A field twice: which one counts?
+        R"({"timestamp": 1, "input_length": 10, "hash_ids": [1], "hash_ids": [2]})",
+        R"({"timestamp": 1, "timestamp": 2, "input_length": 10, "hash_ids": [1]})"}) {
     EXPECT_EQ(ParseTraceLine(bad, &r).code(), StatusCode::kInvalidArgument) << bad;
   }
+  // More blocks than the store matches in one call: refused at the line.
+  std::string huge = R"({"timestamp": 1, "input_length": 2097664, "hash_ids": [0)";
+  for (int i = 1; i < 4097; ++i) huge += "," + std::to_string(i);
+  huge += "]}";
+  const Status st = ParseTraceLine(huge, &r);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("more than 4096 hash_ids"), std::string::npos) << st.ToString();
 }
 
 TEST(TraceTest, ReadTraceNamesTheBadLine) {
@@ -118,6 +131,8 @@ TEST(TraceTest, ReadTraceNamesTheBadLine) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find(":3:"), std::string::npos) << t.status().ToString();
   EXPECT_EQ(ReadTrace(path + ".missing").status().code(), StatusCode::kNotFound);
+  // A directory opens and reads as nothing: an error, not an empty trace.
+  EXPECT_EQ(ReadTrace(::testing::TempDir()).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TraceTest, GeneratorIsDeterministicAndPrefixConsistent) {

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
+
+#include "strata/store_types.h"
 
 namespace strata::trace {
 namespace {
@@ -65,18 +68,29 @@ Status ParseTraceLine(std::string_view line, TraceRequest* out) {
   *out = TraceRequest{};
   Cursor c(line);
   if (!c.Eat('{')) return Bad("expected '{'");
-  bool have_ts = false, have_in = false, have_ids = false;
+  bool have_ts = false, have_in = false, have_ids = false, have_out = false;
   if (!c.Eat('}')) {
     do {
       std::string_view key;
       if (!c.String(&key)) return Bad("expected a quoted field name");
       if (!c.Eat(':')) return Bad("expected ':' after \"" + std::string(key) + "\"");
+      // A field given twice would be read one way here, another elsewhere.
+      bool* seen = key == "hash_ids"        ? &have_ids
+                   : key == "timestamp"     ? &have_ts
+                   : key == "input_length"  ? &have_in
+                   : key == "output_length" ? &have_out
+                                            : nullptr;
+      if (seen != nullptr && *seen) return Bad("field \"" + std::string(key) + "\" appears twice");
       if (key == "hash_ids") {
         if (!c.Eat('[')) return Bad("hash_ids must be an array");
         if (!c.Eat(']')) {
           do {
             int64_t v;
             if (!c.Int(&v) || v < 0) return Bad("hash_ids must hold non-negative integers");
+            // The store matches at most this many blocks in one call.
+            if (out->hash_ids.size() == kMaxBlocksPerCall) {
+              return Bad("more than " + std::to_string(kMaxBlocksPerCall) + " hash_ids");
+            }
             out->hash_ids.push_back(static_cast<uint64_t>(v));
           } while (c.Eat(','));
           if (!c.Eat(']')) return Bad("unterminated hash_ids");
@@ -94,7 +108,7 @@ Status ParseTraceLine(std::string_view line, TraceRequest* out) {
           if (v < 0) return Bad(std::string(key) + " must not be negative");
           (key == "input_length" ? out->input_length : out->output_length) =
               static_cast<uint64_t>(v);
-          have_in = have_in || key == "input_length";
+          *seen = true;
         }
       } else if (!c.String(&ignored)) {
         return Bad("field \"" + std::string(key) + "\" has an unsupported value");
@@ -106,10 +120,12 @@ Status ParseTraceLine(std::string_view line, TraceRequest* out) {
   if (!have_ts || !have_in || !have_ids) {
     return Bad("needs timestamp, input_length and hash_ids");
   }
-  const uint64_t max_tokens = out->hash_ids.size() * uint64_t{kTraceBlockTokens};
-  if (out->input_length > max_tokens) {
-    return Bad("input_length " + std::to_string(out->input_length) + " exceeds " +
-               std::to_string(out->hash_ids.size()) + " blocks");
+  // One id per block of the input, the last one partial.
+  const uint64_t blocks = (out->input_length + kTraceBlockTokens - 1) / kTraceBlockTokens;
+  if (out->hash_ids.size() != blocks) {
+    return Bad("input_length " + std::to_string(out->input_length) + " spans " +
+               std::to_string(blocks) + " blocks of " + std::to_string(kTraceBlockTokens) +
+               " tokens, hash_ids has " + std::to_string(out->hash_ids.size()));
   }
   return Status::Ok();
 }
@@ -138,6 +154,10 @@ Result<std::vector<TraceRequest>> ReadTrace(const std::string& path) {
     Status st = ParseTraceLine(line, &r);
     if (!st.ok()) return InvalidArgument(path + ":" + std::to_string(number) + ": " + st.message());
     out.push_back(std::move(r));
+  }
+  // A directory opens and reads nothing; a failing disk ends the loop early.
+  if (in.bad() || std::filesystem::is_directory(path)) {
+    return InvalidArgument("cannot read trace " + path + " (a directory, or a read error)");
   }
   return out;
 }
