@@ -9,6 +9,7 @@
 #include "strata/chain_key.h"
 #include "strata/client.h"
 #include "strata/http_endpoint.h"
+#include "strata/json_text.h"
 #include "strata/metrics.h"
 #include "strata/worker/engine.h"
 #include "strata/worker/model.h"
@@ -19,15 +20,6 @@ namespace {
 int Fail(const strata::Status& st) {
   std::fprintf(stderr, "strata-worker: %s\n", st.ToString().c_str());
   return 1;
-}
-
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -135,15 +127,15 @@ int main(int argc, char** argv) {
   const double cold_ms = cold_n ? cold_ttft / cold_n * 1e3 : 0;
   const double warm_ms = warm_n ? warm_ttft / warm_n * 1e3 : 0;
   if (json) {
-    std::printf("{\"store\":\"%s\",\"requests\":[", JsonEscape(store_uri).c_str());
+    std::printf("{\"store\":%s,\"requests\":[", strata::JsonString(store_uri).c_str());
     for (size_t i = 0; i < results->size(); ++i) {
       const WorkloadResult& r = (*results)[i];
       std::printf(
-          "%s{\"item\":%zu,\"conversation\":\"%s\",\"turn\":%u,\"prompt_tokens\":%lu,"
+          "%s{\"item\":%zu,\"conversation\":%s,\"turn\":%u,\"prompt_tokens\":%lu,"
           "\"hit_tokens\":%lu,\"swa_hit\":%s,\"swa_rejected\":%s,\"replayed_tokens\":%lu,"
           "\"computed_tokens\":%lu,"
           "\"recomputed_tokens\":%lu,\"output_tokens\":%zu,\"ttft_ms\":%.3f}",
-          i ? "," : "", r.item, JsonEscape(r.conversation).c_str(), r.turn,
+          i ? "," : "", r.item, strata::JsonString(r.conversation).c_str(), r.turn,
           static_cast<unsigned long>(r.stats.prompt_tokens),
           static_cast<unsigned long>(r.stats.hit_tokens), r.stats.swa_hit ? "true" : "false",
           r.stats.swa_rejected ? "true" : "false",

@@ -38,4 +38,10 @@ if "$worker" --store inproc:// --workload "$work/w" --metrics-listen nonsense \
 fi
 grep -q "must be host:port" "$work/err3.txt" ||
   { echo "unexpected error text:"; cat "$work/err3.txt"; exit 1; }
+# --json escapes what the workload names: a quote and a control byte in a
+# conversation name stay inside their JSON string.
+printf 'strata-workload 1\nturn\ta"b\001c\t2\thello\n' >"$work/odd"
+"$worker" --store inproc:// --workload "$work/odd" --json >"$work/odd.json" 2>/dev/null
+grep -qF '"conversation":"a\"b\u0001c"' "$work/odd.json" ||
+  { echo "conversation name not escaped:"; cat -v "$work/odd.json"; exit 1; }
 echo "worker CLI metrics: ok"
