@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "strata/store_types.h"
 #include "strata/worker/workload.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +22,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 4096u));
   app.add_option("--seed", o.seed, "Text seed");
   CLI11_PARSE(app, argc, argv);
-  const std::string text = strata::worker::FormatWorkload(strata::worker::MakeSampleWorkload(o));
+  // Refused before the text is built: the last turn's prompt is the whole
+  // conversation (system prompt, every turn, every reply but its own).
+  const uint64_t longest = uint64_t{o.system_bytes} + uint64_t{o.turns} * o.turn_bytes +
+                           uint64_t{o.turns - 1} * o.max_new_tokens;
+  if (longest > strata::kMaxPromptTokens) {
+    std::fprintf(stderr,
+                 "strata-mkworkload: the last turn's prompt would be %llu tokens, above the "
+                 "worker's limit of %zu: fewer turns or bytes\n",
+                 static_cast<unsigned long long>(longest), strata::kMaxPromptTokens);
+    return 2;
+  }
+  const auto items = strata::worker::MakeSampleWorkload(o);
+  if (const strata::Status st = strata::worker::CheckWorkload(items); !st.ok()) {
+    std::fprintf(stderr, "strata-mkworkload: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  const std::string text = strata::worker::FormatWorkload(items);
   std::ofstream f(out, std::ios::binary | std::ios::trunc);
   f << text;
   f.close();

@@ -212,6 +212,21 @@ TEST(WorkloadTest, FormatAndParseRoundTrip) {
   EXPECT_FALSE(ParseWorkload("strata-workload 1\nprompt\t4\tbad \\q\n").ok());
 }
 
+TEST(WorkloadTest, APromptThatWouldGrowPastTheLimitIsRefusedBeforeAnythingRuns) {
+  EXPECT_TRUE(CheckWorkload(MakeSampleWorkload({})).ok());
+  // Turn 2's prompt is turn 1's text, its 4096-token reply and turn 2's text.
+  const std::string half(kMaxPromptTokens / 2, 'x');
+  std::vector<WorkloadItem> items = {{"c", 4096, half}, {"c", 4, "more"}, {"", 4, "alone"}};
+  EXPECT_TRUE(CheckWorkload({items[0], items[2]}).ok());
+  items[1].text = half;
+  const Status st = CheckWorkload(items);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("item 2 (conversation 'c'): its prompt would be 1052672 tokens"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_FALSE(CheckWorkload({{"", 4, ""}}).ok());  // an empty prompt
+}
+
 TEST(BlockPoolTest, RefCountsReturnPages) {
   BlockPool pool(1024, 2);
   Result<uint32_t> a = pool.Allocate();

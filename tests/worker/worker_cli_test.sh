@@ -44,4 +44,13 @@ printf 'strata-workload 1\nturn\ta"b\001c\t2\thello\n' >"$work/odd"
 "$worker" --store inproc:// --workload "$work/odd" --json >"$work/odd.json" 2>/dev/null
 grep -qF '"conversation":"a\"b\u0001c"' "$work/odd.json" ||
   { echo "conversation name not escaped:"; cat -v "$work/odd.json"; exit 1; }
+# A workload whose last turn would outgrow the prompt limit is refused when
+# it is made (the worker refuses such a file before any turn runs: WorkloadTest).
+if "$mkworkload" -o "$work/long" --conversations 1 --turns 2 --system-bytes 600000 \
+  --turn-bytes 300000 >/dev/null 2>"$work/err4.txt"; then
+  echo "strata-mkworkload wrote a workload the worker cannot run"
+  exit 1
+fi
+grep -q "above the worker's limit" "$work/err4.txt" ||
+  { echo "unexpected error text:"; cat "$work/err4.txt"; exit 1; }
 echo "worker CLI metrics: ok"

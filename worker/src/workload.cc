@@ -181,8 +181,31 @@ std::vector<WorkloadItem> MakeSampleWorkload(const SampleWorkloadOptions& o) {
   return items;
 }
 
+Status CheckWorkload(const std::vector<WorkloadItem>& items) {
+  std::map<std::string, uint64_t> history;  // per conversation: tokens so far
+  for (size_t i = 0; i < items.size(); ++i) {
+    const WorkloadItem& item = items[i];
+    uint64_t prompt = item.text.size();  // one token per byte
+    if (!item.conversation.empty()) {
+      uint64_t& so_far = history[item.conversation];
+      prompt += so_far;
+      so_far = prompt + item.max_new_tokens;
+    }
+    const std::string what =
+        "item " + std::to_string(i + 1) +
+        (item.conversation.empty() ? std::string() : " (conversation '" + item.conversation + "')");
+    if (prompt == 0) return InvalidArgument(what + ": empty prompt");
+    if (prompt > kMaxPromptTokens) {
+      return InvalidArgument(what + ": its prompt would be " + std::to_string(prompt) +
+                             " tokens, above the limit of " + std::to_string(kMaxPromptTokens));
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<WorkloadResult>> RunWorkload(Engine& engine,
                                                 const std::vector<WorkloadItem>& items) {
+  STRATA_RETURN_IF_ERROR(CheckWorkload(items));
   std::vector<WorkloadResult> results(items.size());
   // Per conversation: its history and the queue of its turns.
   struct Conversation {

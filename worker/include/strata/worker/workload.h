@@ -52,7 +52,15 @@ struct WorkloadResult {
   RequestStats stats;
 };
 
-// Runs every item through the engine; results in workload order.
+// Every prompt the workload will send fits: a turn's prompt is its
+// conversation so far (texts and the max_new_tokens replies before it, as
+// the model always generates that many), at most kMaxPromptTokens, never
+// empty. Checked before anything runs, so a long workload does not fail
+// halfway and lose what it measured.
+Status CheckWorkload(const std::vector<WorkloadItem>& items);
+
+// Runs every item through the engine (after CheckWorkload); results in
+// workload order.
 Result<std::vector<WorkloadResult>> RunWorkload(Engine& engine,
                                                 const std::vector<WorkloadItem>& items);
 
