@@ -23,7 +23,9 @@ struct TraceRequest {
   std::vector<uint64_t> hash_ids;
 };
 
-// Parses one line; INVALID_ARGUMENT names what is wrong.
+// Parses one line; INVALID_ARGUMENT names what is wrong. hash_ids must hold
+// one id per block of input_length (ceil(input_length / 512)), at most
+// kMaxBlocksPerCall; each known field appears once.
 Status ParseTraceLine(std::string_view line, TraceRequest* out);
 std::string FormatTraceLine(const TraceRequest& request);
 
