@@ -141,8 +141,8 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
         rc = 0;
       }
     }
-    if (rc >= 0) idle_retries = 0;
     if (rc >= 0) {
+      idle_retries = 0;
       io_uring_cqe* first = nullptr;
       rc = Wait(&first);
       if (rc == -EINTR || rc == -EAGAIN) rc = 0;  // reap what is there, if anything
