@@ -446,9 +446,11 @@ TEST(LeaseLimitTest, ConcurrentReservationsNeverPassTheShare) {
   constexpr int kThreads = 8;
   constexpr uint32_t kEach = 24;  // 192 tries for 64 blocks of room
   std::vector<std::vector<CommitBlock>> chains;
+  chains.reserve(kThreads);
   for (int i = 0; i < kThreads; ++i) chains.push_back(FreshChain(t, t.writer, kEach, 100 + i));
   std::atomic<uint64_t> granted{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
       for (uint32_t b = 0; b < kEach; ++b) {
