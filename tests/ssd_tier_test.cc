@@ -538,6 +538,35 @@ TEST(SsdTierTest, AnEntryLargerThanADataFileIsRefusedWithoutEvicting) {
   EXPECT_EQ(tier->Stats().evictions, 0u);
 }
 
+// Enough room in total but only in 4 KiB holes: an 8 KiB entry gets a run
+// made by evicting in rank order (the oldest entry, beside a hole), not a
+// refusal that says everything is being read.
+TEST(SsdTierTest, FreeSpaceInHolesIsJoinedByEvictingForTheRun) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);  // one file of 16 blocks
+  o.data_files = 1;
+  o.clock = &clock;
+  o.high_watermark = o.low_watermark = 1.0;
+  auto tier = SsdTier::Open(o).value();
+  const std::vector<std::byte> small = RandomBytes(4000, 1);
+  for (uint64_t i = 0; i < 16; ++i) {
+    ASSERT_TRUE(tier->Write({Key(i), small, 1, 1}).ok());
+    clock.Advance(Seconds(1));
+  }
+  for (uint64_t i = 1; i < 16; i += 2) ASSERT_TRUE(tier->Erase(Key(i)).ok());
+  ASSERT_EQ(tier->Stats().used_bytes, 8 * kSsdBlockBytes);  // half free, in single blocks
+  const std::vector<std::byte> pair = RandomBytes(8000, 2);
+  const Status st = tier->Write({Key(100), pair, 1, 1});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_GE(tier->Stats().evictions, 1u);
+  EXPECT_LE(tier->Stats().evictions, 2u);
+  EXPECT_FALSE(tier->Contains(Key(0)));  // the least recently used went first
+  std::vector<std::byte> back(pair.size());
+  ASSERT_TRUE(tier->Read({Key(100), back}).ok());
+  EXPECT_EQ(back, pair);
+}
+
 // A ring of depth 2 over one 16-block O_DIRECT file, and batches of six
 // one-block ops whose writes fill `block` and whose reads count the blocks
 // that came back equal to it.

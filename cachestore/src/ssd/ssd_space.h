@@ -22,6 +22,10 @@ class SsdSpace {
   bool Claim(uint64_t offset, uint64_t bytes);
   void Free(uint64_t offset, uint64_t bytes);
 
+  // The longest free run (0 when full): what one Allocate can take.
+  uint64_t largest_free_bytes() const {
+    return by_length_.empty() ? 0 : by_length_.rbegin()->first;
+  }
   uint64_t capacity_bytes() const { return capacity_; }
   uint64_t used_bytes() const { return used_; }
 

@@ -596,6 +596,45 @@ struct SsdTier::Impl {
     return cap;
   }
 
+  // Enough bytes free, but no run of `bytes` in any file (mixed sizes leave
+  // holes): evicts in rank order until a run forms, as a copy of the free
+  // space shows, then frees them. Evicts nothing if no run would form. True
+  // when the run should be there.
+  bool MakeRun(uint64_t bytes) {
+    if (!RecoverIndex()) return false;
+    std::vector<std::string> keys;
+    std::vector<RecordPtr> recs;
+    {
+      std::lock_guard lock(mu);
+      if (std::any_of(space.begin(), space.end(),
+                      [&](const SsdSpace& f) { return f.largest_free_bytes() >= bytes; })) {
+        return true;  // another batch made one meanwhile
+      }
+      ApplyTouchesLocked();
+      std::vector<SsdSpace> after = space;
+      bool formed = false;
+      queues.ForEachInRankOrder(RankOffsetsLocked(),
+                                [&](size_t, const EvictionQueues<Record>::Position& p) {
+                                  if (p.item->readers != 0) return true;
+                                  const SsdEntryMeta& m = p.item->meta;
+                                  after[m.file].Free(m.offset, m.extent_bytes);
+                                  keys.push_back(*p.key);
+                                  formed = after[m.file].largest_free_bytes() >= bytes;
+                                  return !formed;
+                                });
+      if (!formed) return false;
+      for (const std::string& k : keys) {
+        RecordPtr r = RetireLocked(k);
+        RememberEvictedLocked(k, *r);
+        recs.push_back(std::move(r));
+      }
+      evictions += keys.size();
+      m.evict_watermark->Increment(keys.size());
+    }
+    // Freed once the index forgets them (and no reader came meanwhile).
+    return FinishRetire(keys, recs, /*restore_on_failure=*/true).ok();
+  }
+
   uint64_t MakeRoom(uint64_t incoming, bool ttl) {
     if (!RecoverIndex()) return 0;  // no delete could be made durable
     std::vector<std::string> keys;
@@ -941,34 +980,47 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   if (incoming == 0) return out;
   s.MakeRoom(incoming, /*ttl=*/false);
 
-  // Place every entry, then write them all in one pass over a ring.
+  // Place every entry, then write them all in one pass over a ring. An
+  // entry the free space has no run for gets one made, then a second try.
   std::vector<SsdEntryMeta> metas(writes.size());
   std::vector<bool> placed(writes.size(), false);
+  std::vector<size_t> no_run;
+  auto place = [&](size_t i, bool last_try) {  // s.mu held
+    auto where = s.AllocateLocked(SsdIoBytes(writes[i].payload.size()));
+    if (!where.has_value()) {
+      if (!last_try) {
+        no_run.push_back(i);
+        return;
+      }
+      out[i] = ResourceExhausted("no room on the SSD tier for " +
+                                 std::to_string(SsdIoBytes(writes[i].payload.size())) +
+                                 " bytes in one run (the entries in the way are being read)");
+      s.pending.erase(keys[i]);
+      todo[i] = false;
+      return;
+    }
+    placed[i] = true;
+    SsdEntryMeta& m = metas[i];
+    m.file = where->first;
+    m.offset = where->second;
+    m.payload_bytes = writes[i].payload.size();
+    m.extent_bytes = SsdIoBytes(m.payload_bytes);
+    m.entry_checksum = writes[i].entry_checksum;
+    m.layout_id = writes[i].layout_id;
+    m.commit_time = writes[i].commit_time != 0 ? writes[i].commit_time : now;
+    m.expiry = now + s.opts.ttl;
+    m.last_access = now;
+  };
   {
     std::lock_guard lock(s.mu);
     for (size_t i = 0; i < writes.size(); ++i) {
-      if (!todo[i]) continue;
-      auto where = s.AllocateLocked(SsdIoBytes(writes[i].payload.size()));
-      if (!where.has_value()) {
-        out[i] = ResourceExhausted(
-            "no room on the SSD tier for " + std::to_string(SsdIoBytes(writes[i].payload.size())) +
-            " bytes in one run (entries being read, or free space in smaller pieces)");
-        s.pending.erase(keys[i]);
-        todo[i] = false;
-        continue;
-      }
-      placed[i] = true;
-      SsdEntryMeta& m = metas[i];
-      m.file = where->first;
-      m.offset = where->second;
-      m.payload_bytes = writes[i].payload.size();
-      m.extent_bytes = SsdIoBytes(m.payload_bytes);
-      m.entry_checksum = writes[i].entry_checksum;
-      m.layout_id = writes[i].layout_id;
-      m.commit_time = writes[i].commit_time != 0 ? writes[i].commit_time : now;
-      m.expiry = now + s.opts.ttl;
-      m.last_access = now;
+      if (todo[i]) place(i, /*last_try=*/false);
     }
+  }
+  for (size_t i : no_run) {
+    (void)s.MakeRun(SsdIoBytes(writes[i].payload.size()));
+    std::lock_guard lock(s.mu);
+    place(i, /*last_try=*/true);
   }
   // The batch must leave min_free_bytes free. Only blocks never written
   // count: a reused extent is allocated on disk already.
