@@ -580,14 +580,19 @@ struct SsdTier::Impl {
                                 }
                                 return true;
                               });
-    for (size_t i = expired; i < keys->size(); ++i) {
-      RecordPtr r = RetireLocked((*keys)[i]);
-      RememberEvictedLocked((*keys)[i], *r);
+    EvictLocked(std::span(*keys).subspan(expired), recs);
+  }
+
+  // Retires ranked victims (remembered as evicted, counted as watermark
+  // evictions); their records go to `recs` for FinishRetire.
+  void EvictLocked(std::span<const std::string> keys, std::vector<RecordPtr>* recs) {
+    for (const std::string& k : keys) {
+      RecordPtr r = RetireLocked(k);
+      RememberEvictedLocked(k, *r);
       recs->push_back(std::move(r));
     }
-    const size_t n = keys->size() - expired;
-    evictions += n;
-    m.evict_watermark->Increment(n);
+    evictions += keys.size();
+    m.evict_watermark->Increment(keys.size());
   }
 
   uint64_t CapacityLocked() const {
@@ -623,13 +628,7 @@ struct SsdTier::Impl {
                                   return !formed;
                                 });
       if (!formed) return false;
-      for (const std::string& k : keys) {
-        RecordPtr r = RetireLocked(k);
-        RememberEvictedLocked(k, *r);
-        recs.push_back(std::move(r));
-      }
-      evictions += keys.size();
-      m.evict_watermark->Increment(keys.size());
+      EvictLocked(keys, &recs);
     }
     // Freed once the index forgets them (and no reader came meanwhile).
     return FinishRetire(keys, recs, /*restore_on_failure=*/true).ok();
