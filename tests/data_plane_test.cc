@@ -597,6 +597,37 @@ INSTANTIATE_TEST_SUITE_P(Transports, StuckTeardown, ::testing::Values("tcp,self"
 
 // kAuto: RMA only where it is native (a UCX-allocated region mapped over
 // shared memory); active messages on tcp and on shm with a foreign region.
+// A rendezvous reply ends on the node only when the client's ack reaches
+// it. With room for two messages toward the node, UCX queues most acks, and
+// the client must hand them over before its call returns: once idle, nothing
+// progresses its worker, and the node's sends (and the holds on what they
+// read) would stay open until the client's next call.
+TEST(DataPlaneAcks, AnIdleClientLeavesNoReplyOpenOnTheNode) {
+  setenv("UCX_TLS", kShm, 1);
+  setenv("UCX_POSIX_FIFO_SIZE", "2", 1);
+  setenv("UCX_SYSV_FIFO_SIZE", "2", 1);
+  {
+    LocalNode node({}, /*own_region=*/false);
+    ASSERT_NE(node.server, nullptr);
+    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    GatherPlan plan = MakeGatheredReads(64, 13);
+    ReadAllOnce(**client, plan.ops);
+    ExpectGatherMatches(plan, node.arena);
+    // From here on the client does nothing.
+    for (int i = 0; i < 5000 * kSlowdown && node.server->stats().in_flight > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto stats = node.server->stats();
+    EXPECT_EQ(stats.in_flight, 0u);
+    EXPECT_EQ(stats.bytes_sent, plan.bytes);
+    EXPECT_TRUE(node.HoldsReturned());
+  }
+  unsetenv("UCX_SYSV_FIFO_SIZE");
+  unsetenv("UCX_POSIX_FIFO_SIZE");
+  unsetenv("UCX_TLS");
+}
+
 TEST(DataPlaneAuto, PicksRmaOnlyWhereItIsNative) {
   struct Case {
     const char* tls;

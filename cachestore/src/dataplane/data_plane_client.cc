@@ -26,6 +26,9 @@ using internal::SteadyNow;
 
 // Callers on any thread drive the worker, one at a time (Impl::mu).
 constexpr ucs_thread_mode_t kThreadMode = UCS_THREAD_MODE_SERIALIZED;
+// What a call whose deadline has passed still spends on handing over its
+// acknowledgements (normally microseconds).
+constexpr Nanos kMinAckFlush = kNanosPerSecond / 10;
 
 struct DataPlaneClient::Impl {
   struct Call;
@@ -52,6 +55,9 @@ struct DataPlaneClient::Impl {
     std::vector<size_t> completed;  // indexes not yet reported to the caller
     size_t done = 0;
     size_t outstanding = 0;  // UCX requests not finished (they point into ops)
+    // A reply came by rendezvous: the node's send (and the pin on what it
+    // reads) ends only when our acknowledgement reaches it.
+    bool rendezvous = false;
   };
 
   ServerInfo server;
@@ -192,6 +198,7 @@ struct DataPlaneClient::Impl {
     }
     // Rendezvous: UCX moves the bytes straight into the caller's buffers.
     self->awaiting_reply.erase(op->header.op_id);
+    op->call->rendezvous = true;
     ucp_request_param_t param_out{};
     param_out.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param_out.cb.recv_am = &OnReplyDataReceived;
@@ -387,11 +394,7 @@ struct DataPlaneClient::Impl {
       for (size_t i : call->completed) report(i);
       call->completed.clear();
       if (call->done == call->ops.size() && call->outstanding == 0) {
-        // UCX may still hold acks of rendezvous replies (the node's send,
-        // and the entry it pins, end only when they arrive): hand them
-        // over before going idle.
-        while (ucp_worker_progress(ucx->worker) != 0) {
-        }
+        if (call->rendezvous) FlushAcks(deadline);
         return first_error;
       }
       if (!ep_failure.ok() || SteadyNow() > deadline) break;
@@ -421,6 +424,22 @@ struct DataPlaneClient::Impl {
       }
     }
     return fail_all(why);
+  }
+
+  // The acknowledgements of rendezvous replies may wait in UCX for room
+  // toward the node (a full shared-memory FIFO), and progress reports
+  // nothing about them: an idle client would keep the node's sends, and the
+  // entries they pin, open until its next call. A flush of the endpoint
+  // completes only once everything queued on it went out. The call itself
+  // has succeeded by now (every byte arrived): a flush that fails or runs
+  // out of time changes nothing for it (a failed endpoint fails the next
+  // call).
+  void FlushAcks(Nanos deadline) {
+    if (ep == nullptr) return;
+    ucp_request_param_t param{};
+    const Nanos until = std::max(deadline, SteadyNow() + kMinAckFlush);
+    (void)internal::WaitRequest(ucx->worker, ucp_ep_flush_nbx(ep, &param), until,
+                                "flushing acknowledgements to the node");
   }
 
   std::unique_ptr<Call> NewCall(size_t n) {
