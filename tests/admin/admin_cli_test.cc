@@ -782,6 +782,18 @@ TEST_F(AdminCliTest, ErrorsNameTheProblemWithDocumentedExitCodes) {
   // Usage errors.
   EXPECT_EQ(RunAdmin(dir_, {"no-such-command"}).code, 1);
   EXPECT_EQ(RunAdmin(dir_, {"--store", node_->uri(), "--token", kAdminA, "ls", "--bogus"}).code, 1);
+  // With --json (before or after the mistake) the refusal is on stdout too.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--json", "ls", "--bogus"},
+        std::vector<std::string>{"ls", "--page-size", "lots", "--json"}}) {
+    AdminRun usage = RunAdmin(dir_, args);
+    EXPECT_EQ(usage.code, 1) << usage.err;
+    const Value error = F(ParseJson(usage.out), "error");
+    EXPECT_EQ(Str(F(error, "code")), "USAGE") << usage.out;
+    EXPECT_EQ(Num(F(error, "exit_code")), 1) << usage.out;
+    EXPECT_FALSE(Str(F(error, "message")).empty()) << usage.out;
+  }
+  EXPECT_TRUE(RunAdmin(dir_, {"ls", "--bogus"}).out.empty());
   EXPECT_EQ(RunAdmin(dir_, {"--store", "not a store", "--token", kAdminA, "ls"}).code, 6);
   // One node twice would hold both replicas of every block it is ranked for.
   AdminRun twice =

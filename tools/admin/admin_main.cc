@@ -2,9 +2,11 @@
 // Tables by default, --json on every subcommand; the exit codes are in
 // --help and tools/README.md.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "admin_client.h"
 #include "commands.h"
@@ -47,6 +49,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     (void)app.exit(e);
+    // A script asking for --json reads stdout: the refusal goes there too.
+    // The flag may stand after the word the parse stopped at.
+    const bool wants_json = json || std::any_of(argv + 1, argv + argc, [](const char* a) {
+                              return std::string_view(a) == "--json";
+                            });
+    if (wants_json) PrintJsonError("USAGE", ExitCode::kUsage, e.what());
     return static_cast<int>(ExitCode::kUsage);
   }
 

@@ -6,16 +6,16 @@
 
 namespace strata::admin {
 
+void PrintJsonError(const std::string& code, ExitCode exit_code, const std::string& message) {
+  Json error = Json::MakeObject();
+  error.Set("code", code).Set("exit_code", static_cast<int>(exit_code)).Set("message", message);
+  std::printf("%s\n", Json::MakeObject().Set("error", std::move(error)).Dump().c_str());
+}
+
 int Context::Fail(const Status& status) const {
   const ExitCode code = ExitCodeFor(status.code());
   std::fprintf(stderr, "strata-admin: %s\n", status.message().c_str());
-  if (json) {
-    Json error = Json::MakeObject();
-    error.Set("code", std::string(StatusCodeName(status.code())))
-        .Set("exit_code", static_cast<int>(code))
-        .Set("message", status.message());
-    std::printf("%s\n", Json::MakeObject().Set("error", std::move(error)).Dump().c_str());
-  }
+  if (json) PrintJsonError(std::string(StatusCodeName(status.code())), code, status.message());
   return static_cast<int>(code);
 }
 

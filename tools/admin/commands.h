@@ -32,6 +32,9 @@ struct Context {
   bool many() const { return clients.size() > 1; }
 };
 
+// {"error":{"code","exit_code","message"}} on stdout, as --json promises.
+void PrintJsonError(const std::string& code, ExitCode exit_code, const std::string& message);
+
 // A node a command over several nodes could not act on; the others go on.
 struct NodeFailure {
   size_t node;  // index into Context::clients
