@@ -234,6 +234,46 @@ TEST(EngineTest, SwaMissReplaysTheEncoderAndMatchesTheMaskedReference) {
   ExpectStoreQuiet(cache_b);
 }
 
+// max_batch_tokens bounds the replay as it bounds any prefill: a budget
+// below the window replays in chunks, to the same bits.
+TEST(EngineTest, ReplayRunsInChunksWithinTheBatchBudget) {
+  auto whole_cache = StoreWithoutSwa();
+  auto whole_store = Attach(whole_cache);
+  const RunResult whole = RunOne(Options(whole_store.get()), Turn2());
+  ASSERT_EQ(whole.stats.replayed_tokens, 128u);
+
+  auto cache = StoreWithoutSwa();
+  auto store = Attach(cache);
+  EngineOptions o = Options(store.get());
+  o.max_batch_tokens = 48;  // under the 128-token window
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  Engine& engine = **e;
+  Request r;
+  r.id = 1;
+  r.prompt = Turn2();
+  r.max_new_tokens = 6;
+  ASSERT_TRUE(engine.AddRequest(r).ok());
+  RunResult chunked;
+  uint64_t prefilled = 0;
+  for (int step = 0; step < 1000 && engine.Counters().running + engine.Counters().queued > 0;
+       ++step) {
+    for (StepOutput& out : engine.Step()) {
+      chunked.tokens.insert(chunked.tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
+      for (auto& l : out.logits) chunked.logits.push_back(std::move(l));
+      if (out.finished) chunked.stats = out.stats;
+    }
+    const uint32_t ran = engine.Counters().last_step_prefill_tokens;
+    EXPECT_LE(ran, o.max_batch_tokens) << "step " << step;
+    prefilled += ran;
+  }
+  EXPECT_EQ(chunked.stats.replayed_tokens, 128u);
+  EXPECT_FALSE(chunked.stats.swa_hit);
+  // The replayed window and the uncached suffix, each token once.
+  EXPECT_EQ(prefilled, 128u + Turn2().size() - 512u);
+  ExpectIdentical(whole, chunked);
+}
+
 // Forwards every call to a real store; the fault injectors below override
 // the calls they break.
 class ForwardingStore : public Store {

@@ -556,6 +556,7 @@ std::vector<StepOutput> Engine::Step() {
   std::vector<Sequence*> owners;
   std::vector<bool> is_replay;
   uint32_t budget = options_.max_batch_tokens;
+  uint32_t prefill_tokens = 0;
   const uint32_t bt = model_.config.block_tokens;
   for (uint64_t id : order_) {
     Sequence& seq = *seqs_.at(id);
@@ -577,10 +578,13 @@ std::vector<StepOutput> Engine::Step() {
     item.seq = &seq.state;
     const int64_t prompt = static_cast<int64_t>(seq.req.prompt.size());
     if (seq.replay_begin >= 0) {
+      // The replay runs in chunks within the budget, like any prefill.
       item.begin = seq.replay_begin;
-      item.tokens = std::span<const uint32_t>(seq.tokens)
-                        .subspan(static_cast<size_t>(seq.replay_begin),
-                                 static_cast<size_t>(seq.cursor - seq.replay_begin));
+      item.tokens =
+          std::span<const uint32_t>(seq.tokens)
+              .subspan(
+                  static_cast<size_t>(seq.replay_begin),
+                  static_cast<size_t>(std::min(seq.cursor - seq.replay_begin, int64_t{budget})));
       item.write_global = false;
       item.run_decoder = false;
       is_replay.push_back(true);
@@ -595,9 +599,11 @@ std::vector<StepOutput> Engine::Step() {
       is_replay.push_back(false);
     }
     budget -= std::min<uint32_t>(budget, static_cast<uint32_t>(item.tokens.size()));
+    prefill_tokens += static_cast<uint32_t>(item.tokens.size());
     items.push_back(item);
     owners.push_back(&seq);
   }
+  last_step_prefill_tokens_ = prefill_tokens;
   if (items.empty()) {
     if (metrics_) metrics_->SetLoad(Counters());
     return outputs;
@@ -653,7 +659,8 @@ std::vector<StepOutput> Engine::Step() {
       continue;
     }
     if (is_replay[i]) {
-      seq.replay_begin = -1;  // rings rebuilt; the suffix comes next
+      seq.replay_begin += static_cast<int64_t>(items[i].tokens.size());
+      if (seq.replay_begin == seq.cursor) seq.replay_begin = -1;  // rings rebuilt; the suffix next
       continue;
     }
     const int64_t end = items[i].begin + static_cast<int64_t>(items[i].tokens.size());
@@ -741,6 +748,7 @@ EngineCounters Engine::Counters() const {
   EngineCounters c;
   c.pool_pages_used = pool_.used_pages();
   c.pool_refs = pool_.total_refs();
+  c.last_step_prefill_tokens = last_step_prefill_tokens_;
   for (const auto& [id, seq] : seqs_) {
     c.live_fetches += seq->fetch != nullptr;
     c.held_leases += seq->match.lease != 0;

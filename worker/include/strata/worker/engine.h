@@ -46,7 +46,7 @@ struct EngineOptions {
   std::string chain_namespace = "default";  // feeds key[0]; the store separates tenants too
   std::string chain_extra;                  // feeds key[0] (LoRA id, cache salt)
   uint32_t keep_tokens = 140;               // decoder bounded replay
-  uint32_t max_batch_tokens = 512;          // prefill tokens per step, over all requests
+  uint32_t max_batch_tokens = 512;          // prefill and replay tokens per step, over all requests
   uint32_t max_running = 256;               // requests admitted at once; the rest queue
   uint32_t pool_pages = 256;                // block pool pages (one store block each)
   Nanos lease_ttl = Seconds(30);
@@ -109,6 +109,8 @@ struct EngineCounters {
   uint32_t held_leases = 0;
   uint32_t running = 0;
   uint32_t queued = 0;
+  // Prefill and replay tokens the last Step ran (at most max_batch_tokens).
+  uint32_t last_step_prefill_tokens = 0;
 };
 
 class StoreHealth;
@@ -171,6 +173,7 @@ class Engine {
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<uint64_t> order_;  // arrival order
+  uint32_t last_step_prefill_tokens_ = 0;
   SteadyClock clock_;
   std::unique_ptr<StoreHealth> store_health_;
   std::unique_ptr<EngineMetrics> metrics_;  // null without EngineOptions::metrics
