@@ -118,6 +118,37 @@ TEST_F(EtcdClientTest, PutGetListDelete) {
   EXPECT_EQ(c->Put("", "x").code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(EtcdClientTest, PutIfAbsentWritesOnlyWhereNothingIs) {
+  auto c = Connect({etcd_->endpoint()});
+  ASSERT_NE(c, nullptr);
+  auto lease = c->LeaseGrant(30);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto first = c->PutIfAbsent("/p/a", "mine", lease->id);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->has_value());
+  // Present: nothing is written, and what is there comes back.
+  auto second = c->PutIfAbsent("/p/a", "theirs");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE(second->has_value());
+  EXPECT_EQ((*second)->value, "mine");
+  EXPECT_EQ((*second)->lease, lease->id);
+  auto now = c->Get("/p/a");
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->value, "mine");
+  EXPECT_EQ(now->lease, lease->id);
+  // Gone again: written again.
+  ASSERT_EQ(c->Delete("/p/a").value(), 1);
+  auto third = c->PutIfAbsent("/p/a", "theirs");
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(third->has_value());
+  EXPECT_EQ(c->Get("/p/a")->value, "theirs");
+  // A lease etcd does not know, and no key at all.
+  EXPECT_EQ(c->PutIfAbsent("/p/b", "x", lease->id + 12345).status().code(),
+            StatusCode::kLeaseExpired);
+  EXPECT_EQ(c->Get("/p/b").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c->PutIfAbsent("", "x").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(EtcdClientTest, LeaseExpiryKeepAliveAndRevoke) {
   auto c = Connect({etcd_->endpoint()});
   ASSERT_NE(c, nullptr);
@@ -468,6 +499,26 @@ TEST_F(EtcdMembershipTest, ADeletedKeyIsPutBackUnderTheLiveLease) {
   auto kv = c->Get(cluster::NodeKey("test", "node-k"));
   ASSERT_TRUE(kv.ok()) << kv.status().ToString();
   EXPECT_EQ(kv->lease, lease);
+}
+
+// A second node started with the same id holds the key under its own
+// lease: the first reports it and leaves it alone rather than fight.
+TEST_F(EtcdMembershipTest, AKeyHeldByAnotherLeaseIsLeftAlone) {
+  auto r = Register("node-t");
+  ASSERT_TRUE(WaitFor([&] { return r->registered(); }, milliseconds(5000)));
+  auto c = Connect({etcd_->endpoint()});
+  auto other = c->LeaseGrant(30);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  const std::string key = cluster::NodeKey("test", "node-t");
+  ASSERT_TRUE(c->Put(key, "the other node", other->id).ok());
+  // A 2 s TTL checks the key every ~0.7 s: several checks pass.
+  std::this_thread::sleep_for(milliseconds(2500));
+  auto kv = c->Get(key);
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(kv->value, "the other node");
+  EXPECT_EQ(kv->lease, other->id);
+  EXPECT_EQ(r->registrations(), 1u);
+  EXPECT_TRUE(r->registered());
 }
 
 TEST_F(EtcdMembershipTest, EmptyEtcdAfterRestartGetsEveryoneBack) {

@@ -272,6 +272,34 @@ Status EtcdClient::Put(std::string_view key, std::string_view value, int64_t lea
   return st;
 }
 
+Result<std::optional<EtcdKeyValue>> EtcdClient::PutIfAbsent(std::string_view key,
+                                                            std::string_view value, int64_t lease) {
+  if (key.empty()) return InvalidArgument("etcd put: empty key");
+  pb::TxnRequest req;
+  pb::Compare* absent = req.add_compare();
+  absent->set_key(std::string(key));
+  absent->set_target(pb::Compare::VERSION);
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_version(0);
+  pb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  put->set_lease(lease);
+  req.add_failure()->mutable_request_range()->set_key(std::string(key));
+  pb::TxnResponse resp;
+  Status st = impl_->Call(
+      "put-if-absent " + std::string(key),
+      [&](Endpoint& e, grpc::ClientContext* ctx) { return e.kv->Txn(ctx, req, &resp); });
+  if (st.code() == StatusCode::kNotFound && lease != 0) return LeaseExpired(st.message());
+  if (!st.ok()) return st;
+  if (resp.succeeded()) return std::optional<EtcdKeyValue>();
+  if (resp.responses_size() != 1 || resp.responses(0).response_range().kvs().empty()) {
+    return Internal("etcd put-if-absent " + std::string(key) +
+                    ": the key exists, yet reading it returned nothing");
+  }
+  return std::optional<EtcdKeyValue>(FromPb(resp.responses(0).response_range().kvs(0)));
+}
+
 Result<EtcdKeyValue> EtcdClient::Get(std::string_view key) {
   if (key.empty()) return InvalidArgument("etcd get: empty key");
   pb::RangeRequest req;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,11 @@ class EtcdClient {
 
   // Put with lease 0 is a key without a lease.
   Status Put(std::string_view key, std::string_view value, int64_t lease = 0);
+  // Puts the key only where there is none, in one transaction: nothing is
+  // written when it exists, and what it holds then is returned (nullopt:
+  // written). LEASE_EXPIRED for a lease etcd does not know.
+  Result<std::optional<EtcdKeyValue>> PutIfAbsent(std::string_view key, std::string_view value,
+                                                  int64_t lease = 0);
   // The key, if present: NOT_FOUND otherwise.
   Result<EtcdKeyValue> Get(std::string_view key);
   // Every key starting with `prefix`, sorted by key.

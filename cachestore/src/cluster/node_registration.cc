@@ -196,27 +196,27 @@ void NodeRegistration::Run() {
 // A live lease does not keep the key: an operator's delete, or a second
 // node started with this node id, takes it away, and the node would serve
 // on unseen. A missing key is put back; one held by another lease is the
-// other node's, so it is reported, not fought over (but a node taking the
-// key between the Get and the Put is overwritten once: the client has no
-// transactions yet).
+// other node's, so it is reported, not fought over. One transaction does
+// both, so a node taking the key meanwhile is never overwritten.
 Status NodeRegistration::CheckKey(int64_t lease, bool draining) {
-  Result<EtcdKeyValue> kv = client_->Get(key_);
-  if (kv.ok()) {
-    if (kv->lease != lease && !key_taken_logged_) {
+  NodeRecord record = options_.record;
+  record.info.draining = draining;
+  Result<std::optional<EtcdKeyValue>> held =
+      client_->PutIfAbsent(key_, EncodeNodeRecord(record), lease);
+  if (!held.ok()) return held.status();
+  if (held->has_value()) {
+    const int64_t holder = (*held)->lease;
+    if (holder != lease && !key_taken_logged_) {
       spdlog::error(
           "event=etcd_key_taken key={} lease={} other_lease={}: another node "
           "registered with this node id",
-          key_, lease, kv->lease);
+          key_, lease, holder);
       key_taken_logged_ = true;
-    } else if (kv->lease == lease) {
+    } else if (holder == lease) {
       key_taken_logged_ = false;
     }
     return Status::Ok();
   }
-  if (kv.status().code() != StatusCode::kNotFound) return kv.status();
-  NodeRecord record = options_.record;
-  record.info.draining = draining;
-  STRATA_RETURN_IF_ERROR(client_->Put(key_, EncodeNodeRecord(record), lease));
   {
     std::lock_guard lock(mu_);
     written_draining_ = draining;

@@ -60,7 +60,7 @@ class NodeRegistration {
   explicit NodeRegistration(NodeRegistrationOptions options, std::unique_ptr<EtcdClient> client);
   void Run();
   Status Register();
-  // Puts the record back under `lease` if the key is gone.
+  // Puts the record back under `lease` if the key is gone (one transaction).
   Status CheckKey(int64_t lease, bool draining);
   bool Stopping();
 
