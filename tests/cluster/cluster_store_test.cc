@@ -743,6 +743,60 @@ TEST_F(ClusterStoreTest, HungNodeIsSkippedUntilAProbeFindsItAnsweringAgain) {
             OwnedBy(r, 2));
 }
 
+// A node skipped after a strike is not asked to abort or publish, yet the
+// leases the cluster held there end (its client queues them): it neither
+// keeps entries pinned nor space reserved until the leases expire.
+TEST_F(ClusterStoreTest, LeasesOnASkippedNodeStillEnd) {
+  auto store = OpenCluster(MakeStaticMembership(Infos()), 1, Seconds(2));
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 24, 21);
+  auto committed = store->Commit(TestModel(), Payloads(p, 0, 24, false));
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  ASSERT_LT(FirstOwnedBy(p, 2), 24u) << "the prompt needs a block on node 2";
+  auto read = MatchPrompt(*store, p);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_NE(read->lease, 0u);
+  auto renewed = MatchPrompt(*store, p);  // renewed while node 2 is skipped
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  const Prompt q = MakePrompt(*store, 24, 22);
+  ASSERT_GT(OwnedBy(q, 2), 0u);
+  const std::vector<CommitBlock> blocks = Blocks(q, 24);
+  auto aborted = store->Reserve(TestModel(), std::span(blocks).first(12), 0);
+  ASSERT_TRUE(aborted.ok()) << aborted.status().ToString();
+  auto published = store->Reserve(TestModel(), std::span(blocks).subspan(12), 0);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  const v1::StatsResponse before = NodeStats(*nodes_[2]);
+  ASSERT_EQ(before.read_leases(), 2u);
+  ASSERT_GE(before.write_leases(), 1u);
+
+  // One read waits out node 2's deadline: it is skipped for a second.
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(nodes_[2]->pid()));
+  (void)MatchPrompt(*store, p, false);
+  ASSERT_EQ(kill(nodes_[2]->pid(), SIGCONT), 0);
+  EXPECT_TRUE(store->Abort(read->lease).ok());
+  // Node 2's part cannot be renewed: the lease goes on without it (its
+  // blocks there are lost to it), and the part ends there.
+  EXPECT_FALSE(store->RenewLease(renewed->lease, Seconds(30)).ok());
+  EXPECT_TRUE(store->Abort(aborted->write_lease).ok());
+  std::vector<uint64_t> sums;
+  for (size_t b = 12; b < 24; ++b) sums.push_back(q.blocks[b].checksum);
+  auto outcome = store->Publish(published->write_lease, sums);
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+
+  v1::StatsResponse after;
+  for (int i = 0; i < 300; ++i) {
+    after = NodeStats(*nodes_[2]);
+    if (after.read_leases() == 0 && after.write_leases() == 0 && after.reserved_entries() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.read_leases(), 0u);
+  EXPECT_EQ(after.write_leases(), 0u);
+  EXPECT_EQ(after.reserved_entries(), 0u);
+}
+
 TEST_F(ClusterStoreTest, WriteOnlyClientFindsAHungNodeBackAndReturnsItsShare) {
   auto store = OpenCluster(MakeStaticMembership(Infos()), 1, Seconds(2));
   ASSERT_NE(store, nullptr);

@@ -34,7 +34,8 @@ class Store {
   // Ends a read lease without waiting for the store to confirm it: the hot
   // path after a fetch. A remote store sends it with its next call (or
   // within a few milliseconds); a lease never released still ends at its
-  // expiry. Default: Abort, ignoring the outcome.
+  // expiry. A write lease released is aborted. Default: Abort, ignoring the
+  // outcome.
   virtual void Release(LeaseId lease) { (void)Abort(lease); }
 };
 

@@ -292,6 +292,11 @@ class RemoteStore final : public NodeClient {
   void Release(LeaseId lease) override {
     if (lease == 0) return;
     {
+      // A released reservation is aborted by the node: its buffers go.
+      std::lock_guard lock(staged_mu_);
+      staged_.erase(lease);
+    }
+    {
       std::lock_guard lock(leases_mu_);
       lease_expiry_.erase(lease);
     }

@@ -558,9 +558,15 @@ class ClusterStore final : public Store {
           node_checksums.push_back(checksums[b]);
           payloads.emplace_back(lease->staging[b]);
         }
+        bool asked = false;
         results[p] = OnNode(*part.node, kWrites, [&](NodeClient& client) {
+          asked = true;
           return client.PublishFrom(part.reservation.write_lease, payloads, node_checksums);
         });
+        // A node skipped since its reservation gets no publish: its
+        // reservation ends now rather than hold the space to its expiry
+        // (the cluster lease is gone, so no one could abort it later).
+        if (!asked) ReleaseParts({{part.node, part.reservation.write_lease}});
       });
     }
     pool_.RunAll(std::move(tasks));
@@ -680,9 +686,15 @@ class ClusterStore final : public Store {
     };
     for (std::vector<Holder>& hs : renewed->holders) std::erase_if(hs, gone);
     std::erase_if(renewed->swa, gone);
+    // Parts dropped here are never released later: end them now (a part
+    // that only timed out or was skipped may still hold its pins).
+    std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>> dropped;
     std::erase_if(renewed->parts, [&](const auto& part) {
-      return std::find(lost.begin(), lost.end(), part.second) != lost.end();
+      const bool drop = std::find(lost.begin(), lost.end(), part.second) != lost.end();
+      if (drop) dropped.push_back(part);
+      return drop;
     });
+    ReleaseParts(dropped);
     const bool whole = std::all_of(renewed->holders.begin(), renewed->holders.end(),
                                    [](const std::vector<Holder>& hs) { return !hs.empty(); });
     std::lock_guard lock(leases_mu_);
@@ -1003,12 +1015,21 @@ class ClusterStore final : public Store {
     }
   }
 
+  // A node being skipped is not asked: its client queues the lease's end
+  // (the node aborts released leases, write leases too) for its next call
+  // or its flusher, which no skip holds back. Else the node would keep the
+  // space or the pins until the lease expired.
   void AbortParts(const std::vector<std::pair<std::shared_ptr<NodeConn>, LeaseId>>& parts) {
     std::vector<std::function<void()>> tasks;
     tasks.reserve(parts.size());
     for (const auto& [node, lease] : parts) {
       tasks.emplace_back([&node = node, lease = lease, this] {
-        (void)OnNode(*node, kWrites, [&](NodeClient& client) { return client.Abort(lease); });
+        bool asked = false;
+        (void)OnNode(*node, kWrites, [&](NodeClient& client) {
+          asked = true;
+          return client.Abort(lease);
+        });
+        if (!asked) ReleaseParts({{node, lease}});
       });
     }
     pool_.RunAll(std::move(tasks));
