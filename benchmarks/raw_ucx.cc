@@ -476,7 +476,8 @@ int ServeDataPlane(const RawUcxOptions& o, int up, int down) {
 }
 
 Result<double> MeasureDataPlane(const RawUcxOptions& o, const NodeBlobs& node) {
-  dataplane::ServerInfo info{node.address, node.rkey, node.base, 1, node.host_id};
+  dataplane::ServerInfo info{
+      node.address, node.rkey, node.base, 1, node.host_id, o.blocks * o.block_bytes};
   dataplane::ClientOptions co;
   co.mode =
       o.pattern == UcxFetchPattern::kRma ? dataplane::Mode::kRma : dataplane::Mode::kActiveMessage;

@@ -73,13 +73,18 @@ Status Authorize(uint64_t session, uint64_t lease, uint64_t offset, uint64_t) {
   return Status::Ok();
 }
 
-// Authorize, with a hold that counts itself out and back in.
+// Authorize, with a hold that counts itself out and back in (after
+// `release_ms`, as a store unpinning an entry slowly would).
 Result<TransferHold> AuthorizeCounted(uint64_t session, uint64_t lease, uint64_t offset,
-                                      uint64_t length, std::atomic<int64_t>* holds_out) {
+                                      uint64_t length, std::atomic<int64_t>* holds_out,
+                                      int release_ms = 0) {
   Status st = Authorize(session, lease, offset, length);
   if (!st.ok()) return st;
   holds_out->fetch_add(1);
-  return TransferHold([holds_out] { holds_out->fetch_sub(1); });
+  return TransferHold([holds_out, release_ms] {
+    if (release_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(release_ms));
+    holds_out->fetch_sub(1);
+  });
 }
 
 // A node in this process: random arena (ours, or allocated by UCX), a fixed
@@ -89,8 +94,10 @@ struct LocalNode {
   std::span<std::byte> arena;
   std::mutex mu;
   std::vector<std::array<uint64_t, 4>> writes_done;  // guarded by mu
+  std::vector<int64_t> holds_when_landed;            // holds_out at each; guarded by mu
   std::atomic<int64_t> holds_out{0};                 // granted and not yet released
   std::atomic<int64_t> holds_granted{0};
+  std::atomic<int> release_ms{0};  // how long each hold takes to go back
   std::unique_ptr<DataPlaneServer> server;
 
   explicit LocalNode(ServerOptions options = {}, bool own_region = false) {
@@ -100,7 +107,7 @@ struct LocalNode {
     Access access;
     access.authorize_read = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
       std::lock_guard<std::mutex> lock(mu);
-      Result<TransferHold> hold = AuthorizeCounted(s, l, o, n, &holds_out);
+      Result<TransferHold> hold = AuthorizeCounted(s, l, o, n, &holds_out, release_ms.load());
       if (hold.ok()) holds_granted.fetch_add(1);
       return hold;
     };
@@ -108,6 +115,7 @@ struct LocalNode {
     access.on_write_done = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
       std::lock_guard<std::mutex> lock(mu);
       writes_done.push_back({s, l, o, n});
+      holds_when_landed.push_back(holds_out.load());
     };
     auto started =
         own_region ? DataPlaneServer::StartWithOwnRegion(kArenaBytes, std::move(access), options)
@@ -133,8 +141,8 @@ struct LocalNode {
     return {arena.begin(), arena.end()};
   }
   ServerInfo Info() const {
-    return {server->worker_address(), server->packed_rkey(), server->region_base(), kSession,
-            server->host_id()};
+    return {server->worker_address(), server->packed_rkey(),  server->region_base(), kSession,
+            server->host_id(),        server->region().size()};
   }
 };
 
@@ -272,6 +280,8 @@ TEST_P(InProcess, WritesLandExactlyAtTheirOffsets) {
   }
   EXPECT_EQ(node.server->stats().bytes_received,
             std::accumulate(std::begin(sizes), std::end(sizes), uint64_t{0}));
+  // Each write's hold lasts until the node was told it landed.
+  for (const int64_t held : node.holds_when_landed) EXPECT_GT(held, 0);
   EXPECT_EQ(node.holds_granted.load(), static_cast<int64_t>(ops.size()));
   EXPECT_TRUE(node.HoldsReturned());
 }
@@ -628,6 +638,99 @@ TEST(DataPlaneAcks, AnIdleClientLeavesNoReplyOpenOnTheNode) {
   unsetenv("UCX_TLS");
 }
 
+// After a call that ran out of time (the node stalled, its FIFO full), the
+// acks of the replies that did arrive may still wait in UCX: the client is
+// dropped, as RemoteStore drops it, and its close hands them over.
+TEST(DataPlaneAcks, AClientDroppedAfterADeadlineAcknowledgesWhatArrived) {
+  setenv("UCX_TLS", kShm, 1);
+  setenv("UCX_POSIX_FIFO_SIZE", "2", 1);
+  setenv("UCX_SYSV_FIFO_SIZE", "2", 1);
+  {
+    LocalNode node({}, /*own_region=*/false);
+    ASSERT_NE(node.server, nullptr);
+    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    // Rendezvous-sized reads, then a small one the node authorizes only
+    // after the deadline (its eager reply needs no ack).
+    std::vector<std::vector<std::byte>> buffers(17);
+    std::vector<DataPlaneClient::ReadOp> ops;
+    for (size_t i = 0; i < 16; ++i) {
+      buffers[i].resize(65'536);
+      ops.push_back({kGoodLease, i * 65'536, buffers[i]});
+    }
+    buffers[16].resize(100);
+    ops.push_back({kSlowLease, 0, buffers[16]});
+    std::vector<Status> done(ops.size(), Unavailable("not reported"));
+    const Status st = (*client)->Read(
+        ops, [&](size_t i, const Status& s) { done[i] = s; }, In(kSlowAuthorizeMs / 2));
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+    EXPECT_EQ(done[16].code(), StatusCode::kDeadlineExceeded) << done[16].ToString();
+    for (size_t i = 0; i < 16; ++i) {
+      if (!done[i].ok()) continue;
+      EXPECT_EQ(0, std::memcmp(buffers[i].data(), node.arena.data() + i * 65'536, 65'536));
+    }
+    client->reset();
+    for (int i = 0; i < 5000 * kSlowdown && node.server->stats().in_flight > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(node.server->stats().in_flight, 0u);
+    EXPECT_TRUE(node.HoldsReturned());
+  }
+  unsetenv("UCX_SYSV_FIFO_SIZE");
+  unsetenv("UCX_POSIX_FIFO_SIZE");
+  unsetenv("UCX_TLS");
+}
+
+// Nothing in flight means every hold is back: Drain's caller may free
+// what the transfers read.
+TEST(DataPlaneServerTest, DrainReturnsOnlyOnceEveryHoldIsBack) {
+  setenv("UCX_TLS", kShm, 1);
+  {
+    LocalNode node({}, /*own_region=*/false);
+    ASSERT_NE(node.server, nullptr);
+    node.release_ms = 100;
+    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ReadPlan plan = MakeReads(4, kGoodLease, 5);
+    ReadAllOnce(**client, plan.ops);
+    ASSERT_TRUE(node.server->Drain(In(kLongMs)).ok());
+    EXPECT_EQ(node.holds_out.load(), 0);
+  }
+  unsetenv("UCX_TLS");
+}
+
+// One-sided reads never leave the node's region: refused before UCX sees
+// them, whatever lies past it in the node's memory.
+TEST(DataPlaneRma, ReadsPastTheRegionAreRefused) {
+  setenv("UCX_TLS", kShm, 1);
+  {
+    LocalNode node({}, /*own_region=*/true);
+    ASSERT_NE(node.server, nullptr);
+    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kRma, Seconds(10)});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    std::vector<std::byte> dest(65'536, std::byte{0xAB});
+    for (const uint64_t offset : {kArenaBytes - 100, kArenaBytes, uint64_t{1} << 40}) {
+      const DataPlaneClient::ReadOp op{kGoodLease, offset, dest};
+      const Status st = (*client)->Read({&op, 1}, nullptr, In(kLongMs));
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << offset << ": " << st.ToString();
+    }
+    EXPECT_TRUE(
+        std::all_of(dest.begin(), dest.end(), [](std::byte b) { return b == std::byte{0xAB}; }));
+    // The last byte of the region is still readable.
+    const DataPlaneClient::ReadOp last{kGoodLease, kArenaBytes - 1, std::span(dest).first(1)};
+    EXPECT_TRUE((*client)->Read({&last, 1}, nullptr, In(kLongMs)).ok());
+    // Without the region's size there is no RMA; auto picks active messages.
+    ServerInfo unsized = node.Info();
+    unsized.region_bytes = 0;
+    EXPECT_EQ(DataPlaneClient::Connect(unsized, {Mode::kRma, Seconds(10)}).status().code(),
+              StatusCode::kInvalidArgument);
+    auto fallback = DataPlaneClient::Connect(unsized, {Mode::kAuto, Seconds(10)});
+    ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+    EXPECT_EQ((*fallback)->mode(), Mode::kActiveMessage);
+  }
+  unsetenv("UCX_TLS");
+}
+
 TEST(DataPlaneAuto, PicksRmaOnlyWhereItIsNative) {
   struct Case {
     const char* tls;
@@ -794,7 +897,7 @@ class ChildNode {
     std::fclose(in);
     if (fields.size() == 4) {
       info_ = {Unhex(fields[0]), Unhex(fields[1]), std::strtoull(fields[2].c_str(), nullptr, 10),
-               kSession, Unhex(fields[3])};
+               kSession,         Unhex(fields[3]), kArenaBytes};
     }
   }
   ~ChildNode() {
@@ -858,8 +961,8 @@ int RunChildNode(const char* mode_name, const char* region) {
 // A client in a child process: reads from the node described by argv in a
 // loop until it is killed.
 int RunChildClient(char** argv) {
-  ServerInfo info{Unhex(argv[0]), Unhex(argv[1]), std::strtoull(argv[2], nullptr, 10), kSession,
-                  Unhex(argv[3])};
+  ServerInfo info{Unhex(argv[0]), Unhex(argv[1]), std::strtoull(argv[2], nullptr, 10),
+                  kSession,       Unhex(argv[3]), kArenaBytes};
   Mode mode = std::string_view(argv[4]) == "rma" ? Mode::kRma : Mode::kActiveMessage;
   auto client = DataPlaneClient::Connect(info, {mode, Seconds(10)});
   if (!client.ok()) return 1;

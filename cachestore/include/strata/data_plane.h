@@ -199,6 +199,10 @@ struct ServerInfo {
   uint64_t region_base = 0;
   uint64_t session = 0;  // opaque id from the control plane, sent with every request
   std::string host_id;   // the node's HostId(); empty = assume another host
+  // The registered region's size: RMA reads past it are refused here (over
+  // shared memory UCX would copy whatever lies beyond, or fault). 0: not
+  // known, and no RMA.
+  uint64_t region_bytes = 0;
 };
 
 struct ClientOptions {
@@ -254,6 +258,10 @@ class DataPlaneClient {
   // DEADLINE_EXCEEDED, UNAVAILABLE (node gone or draining), the node's
   // authorize_* answer (PERMISSION_DENIED, NOT_FOUND, ...), INVALID_ARGUMENT.
   // When it returns, no UCX request points at a caller buffer any more.
+  // The node's replies end (and unpin what they read) only when this
+  // client's acknowledgements reach it: a successful call hands them over
+  // before it returns; after a failed one, call again or destroy the client
+  // (its close flushes them), as RemoteStore does.
   Status Read(std::span<const ReadOp> ops,
               const std::function<void(size_t, const Status&)>& on_done, Nanos deadline);
   Status Write(std::span<const WriteOp> ops, Nanos deadline);

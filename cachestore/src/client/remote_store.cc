@@ -403,6 +403,7 @@ class RemoteStore final : public NodeClient {
     info.region_base = resp.region_base();
     info.session = resp.session_id();
     info.host_id = resp.host_id();
+    info.region_bytes = resp.region_bytes();
     dataplane::ClientOptions dp_options;
     dp_options.mode = mode_;
     dp_options.timeout = options_.timeout;

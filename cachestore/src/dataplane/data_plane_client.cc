@@ -302,9 +302,15 @@ struct DataPlaneClient::Impl {
     void* mapped = nullptr;
     const bool native_rma =
         rkey != nullptr && (rdma || ucp_rkey_ptr(rkey, server.region_base, &mapped) == UCS_OK);
-    if (wanted == Mode::kAuto) wanted = native_rma ? Mode::kRma : Mode::kActiveMessage;
+    const bool bounded = server.region_bytes > 0;
+    if (wanted == Mode::kAuto) {
+      wanted = native_rma && bounded ? Mode::kRma : Mode::kActiveMessage;
+    }
     if (wanted == Mode::kRma && rkey == nullptr) {
       return PermissionDenied("node allows active-message reads only (no rkey)");
+    }
+    if (wanted == Mode::kRma && !bounded) {
+      return InvalidArgument("RMA requested without the node's region size");
     }
     if (wanted == Mode::kRma && !native_rma) {
       // UCX would emulate RMA with active messages through the node's
@@ -479,6 +485,17 @@ struct DataPlaneClient::Impl {
     return Status::Ok();
   }
 
+  // The node checks what it is asked for; a one-sided read is checked here.
+  Status CheckReadRange(uint64_t offset, uint64_t length) const {
+    STRATA_RETURN_IF_ERROR(CheckRange(offset, length));
+    if (mode == Mode::kRma && offset + length > server.region_bytes) {
+      return InvalidArgument("read of [" + std::to_string(offset) + ", " +
+                             std::to_string(offset + length) + ") past the node's region of " +
+                             std::to_string(server.region_bytes) + " bytes");
+    }
+    return Status::Ok();
+  }
+
   Status Ping(Nanos deadline) {
     auto call = NewCall(1);
     return Run(
@@ -506,13 +523,13 @@ struct DataPlaneClient::Impl {
       op->header.lease = r.lease;
       op->header.offset = r.offset;
       op->header.flags = tcp_only ? uint32_t{internal::kReplyEager} : 0u;
-      Status valid = CheckRange(r.offset, r.dest.size());
+      Status valid = CheckReadRange(r.offset, r.dest.size());
       if (valid.ok()) valid = CheckRangeCount(r);
       if (!r.more.empty()) {
         op->ranges.push_back({r.offset, r.dest.size()});
         op->iov.push_back({r.dest.data(), r.dest.size()});
         for (const Range& m : r.more) {
-          if (valid.ok()) valid = CheckRange(m.offset, m.dest.size());
+          if (valid.ok()) valid = CheckReadRange(m.offset, m.dest.size());
           op->ranges.push_back({m.offset, m.dest.size()});
           op->iov.push_back({m.dest.data(), m.dest.size()});
           op->length += m.dest.size();

@@ -162,11 +162,13 @@ struct DataPlaneServer::Impl {
     p->impl->FinishSend(p, status);
   }
 
+  // The holds go before the count: in_flight 0 (what Drain waits for)
+  // means every entry a reply read is free again.
   void FinishSend(Pending* p, ucs_status_t status) {
     if (status == UCS_OK) bytes_sent.fetch_add(p->payload_bytes, std::memory_order_relaxed);
-    in_flight.fetch_sub(1, std::memory_order_acq_rel);
     Untrack(p);
     delete p;
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
   }
 
   // Sends `id` with {op_id, status} to `ep`: data is the arena range on OK,
@@ -412,13 +414,12 @@ struct DataPlaneServer::Impl {
   }
 
   void FinishWriteRecv(Pending* p, ucs_status_t status) {
-    const RequestHeader h = p->request;
-    ucp_ep_h ep = p->reply_ep;
+    // The ack (a transfer of its own) starts before this one ends, so a
+    // draining node never sees nothing in flight in between. The hold
+    // lasts through on_write_done, as for an eager write.
+    if (!destroying) WriteLanded(p->request, p->reply_ep, status);  // going away: no acks
     Untrack(p);
     delete p;
-    // The ack (a transfer of its own) starts before this one ends, so a
-    // draining node never sees nothing in flight in between.
-    if (!destroying) WriteLanded(h, ep, status);  // the worker going away: no acks
     in_flight.fetch_sub(1, std::memory_order_acq_rel);
   }
 
