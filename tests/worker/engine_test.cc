@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include "node_process.h"
@@ -889,6 +890,31 @@ TEST(EngineBatchTest, BadRequestsAreRejected) {
   EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument);
   bad.lease_ttl = -1;
   EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument);
+  // Keys nothing could be matched under.
+  for (const char* ns : {"", "team/a"}) {
+    bad = Options(nullptr);
+    bad.chain_namespace = ns;
+    EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument) << ns;
+  }
+  bad = Options(nullptr);
+  bad.chain_extra.assign(kMaxExtraBytes + 1, 'x');
+  EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument);
+  // Back-offs that would overflow the clock, or not back off at all.
+  for (const auto& [first, most] :
+       std::vector<std::pair<Nanos, Nanos>>{{0, Seconds(30)},
+                                            {-1, Seconds(30)},
+                                            {Seconds(60), Seconds(30)},
+                                            {Seconds(1), std::numeric_limits<Nanos>::max()}}) {
+    bad = Options(nullptr);
+    bad.store_backoff = first;
+    bad.store_max_backoff = most;
+    EXPECT_EQ(Engine::Create(TinyModel(), bad).status().code(), StatusCode::kInvalidArgument)
+        << first << " " << most;
+  }
+  EngineOptions fine = Options(nullptr);
+  fine.chain_extra.assign(kMaxExtraBytes, 'x');
+  fine.store_backoff = fine.store_max_backoff = kMaxStoreBackoff;
+  EXPECT_TRUE(Engine::Create(TinyModel(), fine).ok());
 }
 
 }  // namespace

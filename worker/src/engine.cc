@@ -108,6 +108,18 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, Engine
   if (Status s = CheckMatchOptions(c.block_tokens, options.lease_ttl, 0); !s.ok()) {
     return InvalidArgument("engine: " + s.message());
   }
+  // Keys no prompt could be matched under, while commits went on writing
+  // entries nothing reads.
+  if (Status s = ValidateChainInputs({options.chain_namespace, ModelId{}, options.chain_extra});
+      !s.ok()) {
+    return InvalidArgument("engine: " + s.message());
+  }
+  if (options.store_backoff <= 0 || options.store_backoff > options.store_max_backoff ||
+      options.store_max_backoff > kMaxStoreBackoff) {
+    return InvalidArgument(
+        "engine: store back-off must be 0 < store_backoff <= "
+        "store_max_backoff <= 1 h");
+  }
   return std::unique_ptr<Engine>(new Engine(model, std::move(options)));
 }
 

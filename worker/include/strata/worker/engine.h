@@ -40,6 +40,8 @@ class MetricsRegistry;  // strata/metrics.h
 
 namespace strata::worker {
 
+constexpr Nanos kMaxStoreBackoff = 3600 * kNanosPerSecond;
+
 struct EngineOptions {
   Store* store = nullptr;        // null: no cache, every token computed
   std::string weights_revision;  // feeds the model fingerprint: WeightsRevisionOfFile for a file
@@ -55,13 +57,13 @@ struct EngineOptions {
   // store_max_backoff while it stays so: one slow store must not stall
   // every request for a client timeout per call.
   Nanos store_backoff = Seconds(1);
-  Nanos store_max_backoff = Seconds(30);
-  const Clock* store_clock = nullptr;  // for the back-off; null: the steady clock
-  bool swa_every_block = false;        // commit SWA state at every boundary (more DRAM, exact
-                                       // resumption from any cached prefix)
-  bool use_store_reads = true;         // false: commit only (a cold run that fills the store)
-  bool masked_attention = false;       // the bounded-replay reference kernel
-  bool return_logits = false;          // copy each sampled token's logits into the output
+  Nanos store_max_backoff = Seconds(30);  // at most kMaxStoreBackoff
+  const Clock* store_clock = nullptr;     // for the back-off; null: the steady clock
+  bool swa_every_block = false;           // commit SWA state at every boundary (more DRAM, exact
+                                          // resumption from any cached prefix)
+  bool use_store_reads = true;            // false: commit only (a cold run that fills the store)
+  bool masked_attention = false;          // the bounded-replay reference kernel
+  bool return_logits = false;             // copy each sampled token's logits into the output
   // Threads for the long-context indexer scans, this one included;
   // 0 = one per hardware thread.
   uint32_t kernel_threads = 0;
