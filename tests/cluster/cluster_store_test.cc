@@ -88,22 +88,6 @@ NodeInfo Info(const NodeProcess& node, bool draining = false) {
   return {node.target(), node.target(), draining};
 }
 
-// Whether the process reached the stopped state ('T' in /proc/<pid>/stat)
-// within a few seconds: SIGSTOP stops its threads asynchronously.
-bool WaitStopped(pid_t pid) {
-  for (int i = 0; i < 500; ++i) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 class ClusterStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {

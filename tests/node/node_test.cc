@@ -10,6 +10,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -251,6 +252,42 @@ TEST_F(NodeTest, FetchWithoutMatchLeaseTakesItsOwn) {
   EXPECT_EQ(m->lease, 0u);
   ExpectSameBytes(FetchAll(*store, *m), p, 3, true);
   EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);  // the fetch's own lease ended
+}
+
+// Fetches queued behind one to a node that hangs fail at their own
+// deadline, not one timeout (and teardown) per fetch ahead of them.
+TEST_F(NodeTest, FetchesQueuedBehindAHungNodeFailAtTheirOwnDeadline) {
+  StartNode();
+  auto store = Open(*node_, kTokenA.token, "am", Seconds(1));
+  ASSERT_NE(store, nullptr);
+  const Prompt p = MakePrompt(*store, 2, 77);
+  CommitAll(*store, p);
+  auto m = MatchPrompt(*store, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectSameBytes(FetchAll(*store, *m), p, 2, true);  // connected
+
+  ASSERT_EQ(kill(node_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitStopped(node_->pid()));
+  constexpr int kFetches = 4;
+  std::vector<double> seconds(kFetches, 0);
+  std::vector<Status> results(kFetches);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kFetches; ++i) {
+    threads.emplace_back([&, i] {
+      const auto start = std::chrono::steady_clock::now();
+      results[i] = FetchAll(*store, *m).outcome.status;
+      seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(kill(node_->pid(), SIGCONT), 0);
+  for (int i = 0; i < kFetches; ++i) {
+    EXPECT_EQ(results[i].code(), StatusCode::kDeadlineExceeded) << results[i].ToString();
+  }
+  // One fetch holds the data plane past its deadline while it tears the
+  // endpoint down; every other one gives up at its own 1 s.
+  std::sort(seconds.begin(), seconds.end());
+  EXPECT_LT(seconds[kFetches - 2], 1.9) << "fetches waited out each other's timeouts";
 }
 
 // The GLOBAL_KV blocks of a prompt, as Reserve takes them.

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "node_process.h"
@@ -16,6 +18,22 @@
 #include "test_util.h"
 
 namespace strata::testing {
+
+// Whether the process reached the stopped state ('T' in /proc/<pid>/stat)
+// within a few seconds: SIGSTOP stops its threads asynchronously.
+inline bool WaitStopped(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 inline std::unique_ptr<Store> Open(const NodeProcess& node, const char* token,
                                    const std::string& mode = "auto", Nanos timeout = Seconds(10)) {

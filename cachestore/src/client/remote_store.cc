@@ -337,6 +337,17 @@ class RemoteStore final : public NodeClient {
 
   Nanos Deadline() const { return SteadyClock().Now() + options_.timeout; }
 
+  // dp_mu_, waited for until `deadline` at most: transfers queued behind
+  // one to a node that hangs fail at their own deadline, not one timeout
+  // (and teardown) per transfer ahead of them.
+  std::unique_lock<std::timed_mutex> LockDataPlane(Nanos deadline) {
+    return std::unique_lock(
+        dp_mu_, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline)));
+  }
+  static Status DataPlaneBusy() {
+    return DeadlineExceeded("the data plane to the node stayed busy past the call's deadline");
+  }
+
   std::optional<Staged> TakeStaged(LeaseId write_lease) {
     std::lock_guard lock(staged_mu_);
     auto it = staged_.find(write_lease);
@@ -484,10 +495,12 @@ class RemoteStore final : public NodeClient {
                                         std::span<const dataplane::DataPlaneClient::WriteOp> ops,
                                         std::span<const uint64_t> checksums) {
     Status written;
-    {
-      std::lock_guard lock(dp_mu_);
+    const Nanos deadline = Deadline();
+    if (auto lock = LockDataPlane(deadline); !lock.owns_lock()) {
+      written = DataPlaneBusy();
+    } else {
       Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
-      written = dp.ok() ? (*dp)->Write(ops, Deadline()) : dp.status();
+      written = dp.ok() ? (*dp)->Write(ops, deadline) : dp.status();
       if (!written.ok()) MaybeDropLocked(written);
     }
     if (!written.ok()) {
@@ -521,6 +534,7 @@ class RemoteStore final : public NodeClient {
     const MatchResult& match = *req.match;
     const size_t n = req.block_buffers.size();
     if (n == 0 && !want_swa) return out;
+    const Nanos deadline = Deadline();  // the transfer's, from the call's start
 
     // Locations are only good under a lease: take one if the match did not.
     const MatchResult* leased = &match;
@@ -545,8 +559,9 @@ class RemoteStore final : public NodeClient {
     }
     bool mapped = false;
     Status connected;
-    {
-      std::lock_guard lock(dp_mu_);
+    if (auto lock = LockDataPlane(deadline); !lock.owns_lock()) {
+      connected = DataPlaneBusy();
+    } else {
       Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
       connected = dp.status();
       if (dp.ok() && (*dp)->MappedRegion() != nullptr) {
@@ -558,7 +573,7 @@ class RemoteStore final : public NodeClient {
     if (!connected.ok()) {
       out.status = connected;
     } else if (!mapped) {
-      FetchInto(req, match, *leased, n, want_swa, out);
+      FetchInto(req, match, *leased, n, want_swa, deadline, out);
     }
     if (own.has_value() && own->lease != 0) (void)Abort(own->lease);
     return out;
@@ -688,7 +703,7 @@ class RemoteStore final : public NodeClient {
   // by layer group when the payloads are laid out as the built-in layouts
   // are, verifying each piece as it lands.
   void FetchInto(const FetchRequest& req, const MatchResult& match, const MatchResult& leased,
-                 size_t n, bool want_swa, FetchOutcome& out) {
+                 size_t n, bool want_swa, Nanos deadline, FetchOutcome& out) {
     // Blocks the lease really covers, in order and with the same identity.
     const size_t covered = LeasedPrefix(match, leased, n);
     Status status;
@@ -843,15 +858,16 @@ class RemoteStore final : public NodeClient {
       announce();
     };
     Status transfer;
-    {
-      std::lock_guard lock(dp_mu_);
+    if (auto lock = LockDataPlane(deadline); !lock.owns_lock()) {
+      transfer = DataPlaneBusy();
+    } else {
       Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
       if (dp.ok() && (*dp)->mode() == dataplane::Mode::kRma && LeaseEnded(leased.lease)) {
         dp = Status(StatusCode::kLeaseExpired,
                     "lease " + std::to_string(leased.lease) + " has expired");
         usable = 0;
       }
-      transfer = dp.ok() ? (*dp)->Read(ops, on_done, Deadline()) : dp.status();
+      transfer = dp.ok() ? (*dp)->Read(ops, on_done, deadline) : dp.status();
       if (!transfer.ok()) MaybeDropLocked(transfer);
     }
     if (!transfer.ok() && status.ok()) status = transfer;
@@ -890,7 +906,7 @@ class RemoteStore final : public NodeClient {
   // The caller's namespace (it feeds key[0]); written once by Connect.
   std::string ns_;
 
-  std::mutex dp_mu_;  // the data plane
+  std::timed_mutex dp_mu_;  // the data plane
   std::unique_ptr<dataplane::DataPlaneClient> dp_;
   uint64_t region_bytes_ = 0;  // of the node's arena
 
