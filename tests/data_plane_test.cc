@@ -608,77 +608,75 @@ INSTANTIATE_TEST_SUITE_P(Transports, StuckTeardown, ::testing::Values("tcp,self"
 // kAuto: RMA only where it is native (a UCX-allocated region mapped over
 // shared memory); active messages on tcp and on shm with a foreign region.
 // A rendezvous reply ends on the node only when the client's ack reaches
-// it. With room for two messages toward the node, UCX queues most acks, and
-// the client must hand them over before its call returns: once idle, nothing
-// progresses its worker, and the node's sends (and the holds on what they
-// read) would stay open until the client's next call.
-TEST(DataPlaneAcks, AnIdleClientLeavesNoReplyOpenOnTheNode) {
-  setenv("UCX_TLS", kShm, 1);
-  setenv("UCX_POSIX_FIFO_SIZE", "2", 1);
-  setenv("UCX_SYSV_FIFO_SIZE", "2", 1);
-  {
-    LocalNode node({}, /*own_region=*/false);
-    ASSERT_NE(node.server, nullptr);
-    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
-    ASSERT_TRUE(client.ok()) << client.status().ToString();
-    GatherPlan plan = MakeGatheredReads(64, 13);
-    ReadAllOnce(**client, plan.ops);
-    ExpectGatherMatches(plan, node.arena);
-    // From here on the client does nothing.
+// it. With room for two messages toward the node, UCX queues most acks.
+class DataPlaneAcks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", kShm, 1);
+    setenv("UCX_POSIX_FIFO_SIZE", "2", 1);
+    setenv("UCX_SYSV_FIFO_SIZE", "2", 1);
+  }
+  void TearDown() override {
+    unsetenv("UCX_SYSV_FIFO_SIZE");
+    unsetenv("UCX_POSIX_FIFO_SIZE");
+    unsetenv("UCX_TLS");
+  }
+  // Waits a few seconds at most for the node's sends to end; true if they did.
+  static bool NothingInFlight(const LocalNode& node) {
     for (int i = 0; i < 5000 * kSlowdown && node.server->stats().in_flight > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    const auto stats = node.server->stats();
-    EXPECT_EQ(stats.in_flight, 0u);
-    EXPECT_EQ(stats.bytes_sent, plan.bytes);
-    EXPECT_TRUE(node.HoldsReturned());
+    return node.server->stats().in_flight == 0;
   }
-  unsetenv("UCX_SYSV_FIFO_SIZE");
-  unsetenv("UCX_POSIX_FIFO_SIZE");
-  unsetenv("UCX_TLS");
+};
+
+// The client hands its acks over before its call returns: once idle,
+// nothing progresses its worker, and the node's sends (and the holds on
+// what they read) would stay open until the client's next call.
+TEST_F(DataPlaneAcks, AnIdleClientLeavesNoReplyOpenOnTheNode) {
+  LocalNode node({}, /*own_region=*/false);
+  ASSERT_NE(node.server, nullptr);
+  auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  GatherPlan plan = MakeGatheredReads(64, 13);
+  ReadAllOnce(**client, plan.ops);
+  ExpectGatherMatches(plan, node.arena);
+  // From here on the client does nothing.
+  EXPECT_TRUE(NothingInFlight(node));
+  EXPECT_EQ(node.server->stats().bytes_sent, plan.bytes);
+  EXPECT_TRUE(node.HoldsReturned());
 }
 
 // After a call that ran out of time (the node stalled, its FIFO full), the
 // acks of the replies that did arrive may still wait in UCX: the client is
 // dropped, as RemoteStore drops it, and its close hands them over.
-TEST(DataPlaneAcks, AClientDroppedAfterADeadlineAcknowledgesWhatArrived) {
-  setenv("UCX_TLS", kShm, 1);
-  setenv("UCX_POSIX_FIFO_SIZE", "2", 1);
-  setenv("UCX_SYSV_FIFO_SIZE", "2", 1);
-  {
-    LocalNode node({}, /*own_region=*/false);
-    ASSERT_NE(node.server, nullptr);
-    auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
-    ASSERT_TRUE(client.ok()) << client.status().ToString();
-    // Rendezvous-sized reads, then a small one the node authorizes only
-    // after the deadline (its eager reply needs no ack).
-    std::vector<std::vector<std::byte>> buffers(17);
-    std::vector<DataPlaneClient::ReadOp> ops;
-    for (size_t i = 0; i < 16; ++i) {
-      buffers[i].resize(65'536);
-      ops.push_back({kGoodLease, i * 65'536, buffers[i]});
-    }
-    buffers[16].resize(100);
-    ops.push_back({kSlowLease, 0, buffers[16]});
-    std::vector<Status> done(ops.size(), Unavailable("not reported"));
-    const Status st = (*client)->Read(
-        ops, [&](size_t i, const Status& s) { done[i] = s; }, In(kSlowAuthorizeMs / 2));
-    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
-    EXPECT_EQ(done[16].code(), StatusCode::kDeadlineExceeded) << done[16].ToString();
-    for (size_t i = 0; i < 16; ++i) {
-      if (!done[i].ok()) continue;
-      EXPECT_EQ(0, std::memcmp(buffers[i].data(), node.arena.data() + i * 65'536, 65'536));
-    }
-    client->reset();
-    for (int i = 0; i < 5000 * kSlowdown && node.server->stats().in_flight > 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    EXPECT_EQ(node.server->stats().in_flight, 0u);
-    EXPECT_TRUE(node.HoldsReturned());
+TEST_F(DataPlaneAcks, AClientDroppedAfterADeadlineAcknowledgesWhatArrived) {
+  LocalNode node({}, /*own_region=*/false);
+  ASSERT_NE(node.server, nullptr);
+  auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Rendezvous-sized reads, then a small one the node authorizes only
+  // after the deadline (its eager reply needs no ack).
+  std::vector<std::vector<std::byte>> buffers(17);
+  std::vector<DataPlaneClient::ReadOp> ops;
+  for (size_t i = 0; i < 16; ++i) {
+    buffers[i].resize(65'536);
+    ops.push_back({kGoodLease, i * 65'536, buffers[i]});
   }
-  unsetenv("UCX_SYSV_FIFO_SIZE");
-  unsetenv("UCX_POSIX_FIFO_SIZE");
-  unsetenv("UCX_TLS");
+  buffers[16].resize(100);
+  ops.push_back({kSlowLease, 0, buffers[16]});
+  std::vector<Status> done(ops.size(), Unavailable("not reported"));
+  const Status st = (*client)->Read(
+      ops, [&](size_t i, const Status& s) { done[i] = s; }, In(kSlowAuthorizeMs / 2));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_EQ(done[16].code(), StatusCode::kDeadlineExceeded) << done[16].ToString();
+  for (size_t i = 0; i < 16; ++i) {
+    if (!done[i].ok()) continue;
+    EXPECT_EQ(0, std::memcmp(buffers[i].data(), node.arena.data() + i * 65'536, 65'536));
+  }
+  client->reset();
+  EXPECT_TRUE(NothingInFlight(node));
+  EXPECT_TRUE(node.HoldsReturned());
 }
 
 // Nothing in flight means every hold is back: Drain's caller may free
