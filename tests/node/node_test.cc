@@ -272,6 +272,7 @@ TEST_F(NodeTest, FetchesQueuedBehindAHungNodeFailAtTheirOwnDeadline) {
   std::vector<double> seconds(kFetches, 0);
   std::vector<Status> results(kFetches);
   std::vector<std::thread> threads;
+  threads.reserve(kFetches);
   for (int i = 0; i < kFetches; ++i) {
     threads.emplace_back([&, i] {
       const auto start = std::chrono::steady_clock::now();
