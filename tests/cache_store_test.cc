@@ -469,6 +469,45 @@ TEST(LeaseLimitTest, ConcurrentReservationsNeverPassTheShare) {
   EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
 }
 
+// Pinned entries are never evicted: a namespace's pins take at most its
+// share of the tier, or one tenant's admin could leave the others no room.
+TEST(LeaseLimitTest, ANamespacePinsAtMostItsShareOfTheTier) {
+  // 128 KiB of 512-byte extents, a quarter each: 64 blocks per namespace.
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  const Principal other{"tenant-b", Role::kAdmin};
+  const auto tokens = Tokens(70 * kTinyBlockTokens, 31);
+  for (const Principal& who : {t.writer, other}) {
+    for (size_t from : {0, 35}) {  // a reservation holds at most the share too
+      const Result<PublishResult> committed = t.CommitBlocks(tokens, from, from + 35, who);
+      ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+      ASSERT_EQ(committed->published, 35u);
+    }
+  }
+  const std::vector<ChainKey> keys = t.Keys(tokens, t.writer);
+  for (size_t b = 0; b < 64; ++b) {
+    ASSERT_TRUE(t.store->Pin(t.writer, keys[b], StateKind::kGlobalKv, Hours(1)).ok()) << b;
+  }
+  const Status refused = t.store->Pin(t.writer, keys[64], StateKind::kGlobalKv, Hours(1));
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("tenant-a"), std::string::npos) << refused.ToString();
+  EXPECT_EQ(t.store->Inspect(t.writer, keys[64], StateKind::kGlobalKv)->pinned_until, 0);
+  // A pin renewed is not counted twice.
+  EXPECT_TRUE(t.store->Pin(t.writer, keys[0], StateKind::kGlobalKv, Hours(2)).ok());
+  // The other namespace has its own share.
+  const std::vector<ChainKey> theirs = t.Keys(tokens, other);
+  for (size_t b = 0; b < 64; ++b) {
+    ASSERT_TRUE(t.store->Pin(other, theirs[b], StateKind::kGlobalKv, Hours(1)).ok()) << b;
+  }
+  // An unpin, or pins running out, make room again.
+  ASSERT_TRUE(t.store->Unpin(t.writer, keys[1], StateKind::kGlobalKv).ok());
+  EXPECT_TRUE(t.store->Pin(t.writer, keys[64], StateKind::kGlobalKv, Hours(1)).ok());
+  EXPECT_EQ(t.store->Pin(t.writer, keys[65], StateKind::kGlobalKv, Hours(1)).code(),
+            StatusCode::kResourceExhausted);
+  t.clock.Advance(Hours(1) + Seconds(1));  // all but keys[0] (2 h) have run out
+  EXPECT_TRUE(t.store->Pin(t.writer, keys[65], StateKind::kGlobalKv, Hours(1)).ok());
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
 TEST(LeaseLimitTest, TheHeldShareMustBeAFraction) {
   for (double share : {0.0, -0.5, 1.5}) {
     CacheStoreOptions o;

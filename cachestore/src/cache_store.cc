@@ -2024,8 +2024,12 @@ Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKi
     e = s.FindVisibleLocked(shard, k, s.clock->Now());
   }
   if (e == nullptr) return NotFound("no " + what);
-  fn(e);
-  return Status::Ok();
+  if constexpr (std::is_same_v<decltype(fn(e)), Status>) {
+    return fn(e);
+  } else {
+    fn(e);
+    return Status::Ok();
+  }
 }
 }  // namespace
 
@@ -2229,8 +2233,32 @@ Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKin
 Status CacheStore::Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   if (ttl <= 0 || ttl > Hours(24 * 30)) return InvalidArgument("pin ttl must be in (0, 30 days]");
-  const Nanos until = impl_->clock->Now() + ttl;
-  return WithEntry(*impl_, caller, key, kind, [&](Entry* e) { e->pinned_until.store(until); });
+  Impl& s = *impl_;
+  const Nanos now = s.clock->Now();
+  return WithEntry(s, caller, key, kind, [&](Entry* e) -> Status {
+    // Pinned entries are never evicted: a namespace pins at most its share
+    // of the tier (max_held_share_per_namespace), or one tenant's pins could
+    // leave the others no room to commit. (Structure lock held: no entry
+    // comes or goes meanwhile.)
+    uint64_t pinned = 0;
+    for (uint32_t i = 0; i <= s.shard_mask; ++i) {
+      std::shared_lock slock(s.shards[i].mu);
+      for (const auto& [k, other] : s.shards[i].map) {
+        if (k.ns == e->key.ns && other != e && other->pinned_until.load() > now) {
+          pinned += other->extent.length;
+        }
+      }
+    }
+    const uint64_t limit = s.HeldBytesLimit();
+    if (pinned + e->extent.length > limit) {
+      return ResourceExhausted("namespace '" + caller.ns + "' pins " + std::to_string(pinned) +
+                               " bytes of the DRAM tier; " + std::to_string(e->extent.length) +
+                               " more would pass the " + std::to_string(limit) +
+                               " allowed (max_held_share_per_namespace)");
+    }
+    e->pinned_until.store(now + ttl);
+    return Status::Ok();
+  });
 }
 
 Status CacheStore::Unpin(const Principal& caller, const ChainKey& key, StateKind kind) {

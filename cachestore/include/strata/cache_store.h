@@ -48,7 +48,8 @@ struct CacheStoreOptions {
   // (bytes of the entries its read leases pin and its write leases
   // reserve), in (0, 1]: past it a leased match or a reserve gets
   // RESOURCE_EXHAUSTED, so one tenant cannot leave the others no room to
-  // commit. 1 = no limit but the tier's.
+  // commit. Admin pins of a namespace hold at most the same share (Pin
+  // refuses past it). 1 = no limit but the tier's.
   double max_held_share_per_namespace = 1.0;
   std::string eviction_policy = "lru";  // "aslru", "deadline": docs/eviction-policy.md
   uint32_t index_shards = 64;           // a power of two
@@ -212,6 +213,8 @@ class CacheStore {
   // Deletes an entry and, for GLOBAL_KV, every descendant (they could never
   // be matched again). Entries under a lease go when the lease ends.
   Status Delete(const Principal& caller, const ChainKey& key, StateKind kind);
+  // Keeps an entry from eviction for `ttl`; RESOURCE_EXHAUSTED when the
+  // namespace's pins would pass max_held_share_per_namespace of the tier.
   Status Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl);
   Status Unpin(const Principal& caller, const ChainKey& key, StateKind kind);
   Result<EntryInfo> Inspect(const Principal& caller, const ChainKey& key, StateKind kind);
