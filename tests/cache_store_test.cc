@@ -533,6 +533,19 @@ TEST(LeaseIdTest, StoresDoNotStartTheirLeaseIdsAtTheSamePlace) {
   EXPECT_LT(first, uint64_t{1} << 53);  // exact as a JSON number
 }
 
+TEST(ReserveTest, AnEntryLargerThanTheTierIsRefusedAsSuch) {
+  testing::TestStore t(128 << 10);  // under one 227,840-byte V4.1 block
+  const Layout big = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
+  const auto tokens = Tokens(8, 41);
+  const CommitBlock block{t.Keys(tokens, t.writer)[0], StateKind::kGlobalKv, big.id,
+                          big.PayloadBytes(), std::nullopt};
+  auto refused = t.store->Reserve(t.writer, TestModel(), std::span(&block, 1));
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("larger than the whole DRAM tier"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_TRUE(t.CommitBlocks(tokens, 0, 2).ok());  // tiny blocks still fit
+}
+
 TEST_F(CacheStoreTest, BadChecksumIsNeverPublishedAndOrphansAreRefused) {
   const auto tokens = Tokens(12, 7);
   const auto keys = t_.Keys(tokens, t_.writer);

@@ -1711,6 +1711,13 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
   for (size_t i = 0; i < blocks.size(); ++i) {
     Status st = s.ValidateCommitBlock(blocks[i], &layouts[i]);
     if (!st.ok()) return Status(st.code(), "block " + std::to_string(i) + ": " + st.message());
+    // Would never fit, whatever is evicted: say so, not "no room".
+    if (blocks[i].payload_bytes > s.arena->capacity_bytes()) {
+      return ResourceExhausted(
+          "block " + std::to_string(i) + ": an entry of " +
+          std::to_string(blocks[i].payload_bytes) + " bytes is larger than the whole DRAM tier (" +
+          std::to_string(s.arena->capacity_bytes()) + " bytes): raise dram_bytes");
+    }
   }
   const uint32_t ns = s.InternNamespace(caller.ns);
   const Nanos now = s.clock->Now();
