@@ -561,6 +561,14 @@ struct CacheStore::Impl {
       std::shared_lock slock(pshard.mu);
       parent_entry = FindVisibleLocked(pshard, pk, now);
     }
+    // A block whose parent did not make it into DRAM (its read failed, or
+    // another caller's promotion of it is late) would be published unlinked,
+    // outside the prefix tree: evictable before its parent and missed by a
+    // delete of it. The prefix is cut here instead.
+    if (parent.has_value() && k.kind == StateKind::kGlobalKv && parent_entry == nullptr) {
+      EraseLocked(e);
+      return NotFound("its parent block is not in DRAM");
+    }
     {
       Shard& shard = ShardFor(k);
       std::unique_lock slock(shard.mu);

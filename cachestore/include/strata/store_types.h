@@ -230,7 +230,11 @@ enum class ReserveState : uint8_t {
 
 struct ReservedBlock {
   ReserveState state = ReserveState::kReserved;
-  std::span<std::byte> buffer;  // only for kReserved; valid until publish/abort
+  // Only for kReserved; valid until publish or abort, and no longer than the
+  // write lease: an expired reservation's space goes to other entries
+  // (renew the lease for a long write; a stale write then fails the other
+  // entry's checksum, and that entry is dropped).
+  std::span<std::byte> buffer;
 };
 
 struct Reservation {
