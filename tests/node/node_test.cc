@@ -539,6 +539,65 @@ TEST_F(NodeTest, SigtermDuringTransfersThenRestart) {
   ExpectSameBytes(FetchAll(*reader, *m), stored, 4, true);
 }
 
+// Polls the node's log for `text` for up to 30 s.
+bool LogShows(const NodeProcess& node, const std::string& text) {
+  for (int i = 0; i < 300; ++i) {
+    if (node.Log().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// SIGTERM while a commit is under way: the reservation's writes still land
+// and its Publish is still served, so the commit is kept; new reservations
+// are refused and reads go on meanwhile. The node stops as soon as no write
+// is left, long before this test's grace of a minute.
+TEST_F(NodeTest, SigtermLetsACommitUnderWayFinish) {
+  StartNode({.port = 0, .settings = {"shutdown_grace=60s"}});
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt stored = MakePrompt(*store, 2, 31);
+  CommitAll(*store, stored);
+  const Prompt p = MakePrompt(*store, 3, 32);
+  auto r = store->Reserve(TestModel(), BlocksOf(p));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<uint64_t> checksums;
+  for (size_t b = 0; b < 3; ++b) {
+    std::memcpy(r->blocks[b].buffer.data(), p.blocks[b].bytes.data(), p.blocks[b].bytes.size());
+    checksums.push_back(p.blocks[b].checksum);
+  }
+
+  ASSERT_EQ(kill(node_->pid(), SIGTERM), 0);
+  ASSERT_TRUE(LogShows(*node_, "event=node_waiting_for_writes write_leases=1")) << node_->Log();
+  auto m = MatchPrompt(*store, stored);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectSameBytes(FetchAll(*store, *m), stored, 2, true);
+  ASSERT_TRUE(store->Abort(m->lease).ok());
+  const Prompt refused = MakePrompt(*store, 1, 33);
+  auto late = store->Reserve(TestModel(), BlocksOf(refused));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable) << late.status().ToString();
+
+  auto published = store->Publish(r->write_lease, checksums);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  for (const Status& b : published->blocks) EXPECT_TRUE(b.ok()) << b.ToString();
+  EXPECT_EQ(node_->Terminate(std::chrono::seconds(30)), 0) << node_->Log();
+  EXPECT_NE(node_->Log().find("released_write_leases=0"), std::string::npos) << node_->Log();
+  std::cerr << node_->Log();
+}
+
+// A reservation nobody finishes holds a stop up for the grace, no longer.
+TEST_F(NodeTest, SigtermWaitsForAnAbandonedReservationOnlyForTheGrace) {
+  StartNode();  // shutdown_grace=2s
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*store, 1, 34);
+  auto r = store->Reserve(TestModel(), BlocksOf(p));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(node_->Terminate(std::chrono::seconds(30)), 0) << node_->Log();
+  const std::string log = node_->Log();
+  EXPECT_NE(log.find("event=node_writes_unfinished write_leases=1"), std::string::npos) << log;
+  EXPECT_NE(log.find("released_write_leases=1"), std::string::npos) << log;
+}
+
 TEST_F(NodeTest, TenantsAreIsolated) {
   StartNode();
   auto a = Open(*node_, kTokenA.token);

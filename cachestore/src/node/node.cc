@@ -77,6 +77,16 @@ Result<std::unique_ptr<cluster::NodeRegistration>> StartRegistration(const NodeC
   return cluster::NodeRegistration::Start(std::move(o));
 }
 
+// Polls `done` until it holds or the deadline passes; returns its last answer.
+template <typename Fn>
+bool WaitUntil(Fn&& done, Nanos deadline) {
+  while (!done()) {
+    if (SteadyClock().Now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 }  // namespace
 
 struct Node::Impl {
@@ -326,17 +336,33 @@ void Node::Shutdown() {
       spdlog::warn("event=etcd_deregister_failed error=\"{}\"", st.ToString());
     }
   }
-  // Stop accepting calls; in-flight ones get the grace period, then are
-  // cancelled.
-  const auto deadline =
-      std::chrono::system_clock::now() + std::chrono::nanoseconds(n.config.shutdown_grace);
-  n.server->Shutdown(deadline);
+  // One deadline for every wait below: a stop takes at most shutdown_grace.
+  const Nanos deadline = SteadyClock().Now() + n.config.shutdown_grace;
+  // Writes already reserved get to finish: draining refuses new
+  // reservations, but their transfers land and Publish, Abort and
+  // RenewLease are still served, so a commit under way when SIGTERM came is
+  // kept rather than lost. Reads go on meanwhile.
+  CacheStore& store = *n.state.store;
+  if (const uint64_t open = store.Stats().write_leases; open > 0) {
+    spdlog::info("event=node_waiting_for_writes write_leases={}", open);
+    if (!WaitUntil([&] { return store.Stats().write_leases == 0; }, deadline)) {
+      spdlog::warn("event=node_writes_unfinished write_leases={}", store.Stats().write_leases);
+    }
+  }
+  // Then the data plane takes nothing new and lands what is in flight.
   if (n.data_plane != nullptr) {
-    const Nanos dp_deadline = SteadyClock().Now() + n.config.shutdown_grace;
-    if (Status st = n.data_plane->Drain(dp_deadline); !st.ok()) {
+    if (Status st = n.data_plane->Drain(deadline); !st.ok()) {
       spdlog::warn("event=data_plane_drain_incomplete error=\"{}\"", st.ToString());
     }
   }
+  // Then calls in flight finish within what is left of the grace. gRPC's own
+  // graceful shutdown would also wait for every client to close its
+  // connection, seconds after its last call; so it is told to stop now, and
+  // cancels whatever call came in meanwhile.
+  if (!WaitUntil([&] { return n.state.calls_in_flight.load() == 0; }, deadline)) {
+    spdlog::warn("event=calls_cancelled in_flight={}", n.state.calls_in_flight.load());
+  }
+  n.server->Shutdown(std::chrono::system_clock::now());
   if (n.http != nullptr) n.http->Stop();
   const StoreStats stats = n.state.store->Stats();
   spdlog::info(

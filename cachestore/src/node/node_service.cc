@@ -23,9 +23,11 @@ double Since(std::chrono::steady_clock::time_point start) {
 template <typename Fn>
 grpc::Status Serve(NodeState& s, const char* method, const grpc::ServerContext& ctx, Fn&& fn) {
   const auto start = std::chrono::steady_clock::now();
+  s.calls_in_flight.fetch_add(1);
   Result<Principal> principal = s.Authenticate(ctx);
   const Status st = principal.ok() ? fn(*principal) : principal.status();
   s.CountRpc(method, st, Since(start));
+  s.calls_in_flight.fetch_sub(1);
   return ToGrpc(st);
 }
 
@@ -145,7 +147,8 @@ Result<dataplane::TransferHold> NodeState::AuthorizeTransfer(uint64_t session, u
                                                              bool write) const {
   std::optional<Principal> p = sessions.Find(session);
   if (!p.has_value()) return Unauthenticated("unknown data-plane session; say Hello again");
-  if (write && draining.load()) return Unavailable("node is draining");
+  // Draining refuses new reservations (Reserve), not the writes of those
+  // granted before: those land, and their Publish keeps them.
   const std::shared_ptr<CacheStore> s = StoreRef();
   if (s == nullptr) return Unavailable("node is stopping");
   Result<RangePin> pin = s->PinLeasedRange(*p, lease, offset, length, write);

@@ -55,6 +55,7 @@ struct NodeState {
   TokenTable tokens;
   SessionTable sessions;
   std::atomic<bool> draining{false};
+  std::atomic<int> calls_in_flight{0};               // gRPC handlers running now
   dataplane::DataPlaneServer* data_plane = nullptr;  // set once at start
   std::string data_plane_mode;
   std::vector<std::string> rdma_devices;
