@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "node_test_util.h"
+#include "strata/data_plane.h"
 #include "tampering_proxy.h"
 
 namespace strata::testing {
@@ -1120,6 +1121,35 @@ TEST_F(NodeTest, AClientRefusesANodesInconsistentAnswersAndKeepsNothingOfThem) {
   const Prompt r = MakePrompt(store, 2, 63);
   auto committed = store.Commit(TestModel(), Payloads(r, 0, 2, false));
   EXPECT_EQ(committed.status().code(), StatusCode::kInternal) << committed.status().ToString();
+}
+
+// A node whose data plane speaks another message version (another Strata
+// release) is refused at once with a clear error, not after a timeout of
+// messages it drops; a node of this release announces this version.
+TEST_F(NodeTest, AClientRefusesANodeWithAnotherDataPlaneVersionAtOnce) {
+  StartNode();
+  v1::HelloResponse hello;
+  ASSERT_TRUE(RawCall(*node_, kTokenA.token, [&](auto channel, grpc::ClientContext* ctx) {
+                return v1::CacheStore::NewStub(channel)->Hello(ctx, v1::HelloRequest(), &hello);
+              }).ok());
+  EXPECT_EQ(hello.data_plane_wire_version(), dataplane::kWireVersion);
+
+  TamperingProxy proxy(node_->target());
+  ASSERT_FALSE(proxy.target().empty());
+  proxy.TamperHello(
+      [](v1::HelloResponse* r) { r->set_data_plane_wire_version(dataplane::kWireVersion + 1); });
+  ClientOptions options;
+  options.token = kTokenA.token;
+  options.timeout = Seconds(60);  // a refusal must not wait for it
+  const auto started = std::chrono::steady_clock::now();
+  auto opened = OpenStore("strata://" + proxy.target(), options);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument) << opened.status().ToString();
+  EXPECT_NE(opened.status().message().find("data-plane wire version " +
+                                           std::to_string(dataplane::kWireVersion + 1)),
+            std::string::npos)
+      << opened.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
 }
 
 TEST_F(NodeTest, AClientWhoseTokenMovesToAnotherNamespaceWritesNothingThere) {

@@ -44,10 +44,16 @@ class TamperingProxy final : public v1::CacheStore::Service {
     std::lock_guard lock(mu_);
     on_reserve_ = std::move(f);
   }
+  void TamperHello(std::function<void(v1::HelloResponse*)> f) {
+    std::lock_guard lock(mu_);
+    on_hello_ = std::move(f);
+  }
 
   grpc::Status Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
                      v1::HelloResponse* resp) override {
-    return Forward(*ctx, [&](grpc::ClientContext* c) { return node_->Hello(c, *req, resp); });
+    return Tampered(
+        Forward(*ctx, [&](grpc::ClientContext* c) { return node_->Hello(c, *req, resp); }),
+        on_hello_, resp);
   }
   grpc::Status Match(grpc::ServerContext* ctx, const v1::MatchRequest* req,
                      v1::MatchResponse* resp) override {
@@ -101,6 +107,7 @@ class TamperingProxy final : public v1::CacheStore::Service {
   std::mutex mu_;
   std::function<void(v1::MatchResponse*)> on_match_;
   std::function<void(v1::ReserveResponse*)> on_reserve_;
+  std::function<void(v1::HelloResponse*)> on_hello_;
 };
 
 }  // namespace strata::testing

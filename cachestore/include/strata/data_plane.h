@@ -77,6 +77,11 @@ Result<Mode> ParseMode(std::string_view name);
 // node shares its host and shared-memory transports may reach it.
 std::string HostId();
 
+// The version of the data plane's messages. A node announces it in Hello;
+// a client refuses a node with another one (INVALID_ARGUMENT) rather
+// than send it messages it would drop.
+inline constexpr uint32_t kWireVersion = 2;
+
 // ---- Node side ------------------------------------------------------------
 
 struct ServerOptions {
@@ -203,6 +208,8 @@ struct ServerInfo {
   // shared memory UCX would copy whatever lies beyond, or fault). 0: not
   // known, and no RMA.
   uint64_t region_bytes = 0;
+  // The node's kWireVersion; 0: not told (nodes before Hello carried it).
+  uint32_t wire_version = 0;
 };
 
 struct ClientOptions {

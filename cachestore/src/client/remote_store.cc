@@ -438,6 +438,7 @@ class RemoteStore final : public NodeClient {
     info.session = resp.session_id();
     info.host_id = resp.host_id();
     info.region_bytes = resp.region_bytes();
+    info.wire_version = resp.data_plane_wire_version();
     dataplane::ClientOptions dp_options;
     dp_options.mode = mode_;
     dp_options.timeout = options_.timeout;

@@ -624,6 +624,11 @@ DataPlaneClient::~DataPlaneClient() = default;
 Result<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(const ServerInfo& server,
                                                                   ClientOptions options) {
   if (server.worker_address.empty()) return InvalidArgument("node worker address is empty");
+  if (server.wire_version != 0 && server.wire_version != kWireVersion) {
+    return InvalidArgument("the node speaks data-plane wire version " +
+                           std::to_string(server.wire_version) + ", this client version " +
+                           std::to_string(kWireVersion) + ": run the same Strata release on both");
+  }
   auto impl = std::make_unique<Impl>();
   impl->server = server;
   impl->options = options;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "strata/clock.h"
+#include "strata/data_plane.h"
 #include "strata/status.h"
 
 namespace strata::dataplane::internal {
@@ -30,7 +31,7 @@ enum AmId : uint16_t {
 };
 
 // Bumped when a header or message changes; both sides reject other versions.
-constexpr uint32_t kWireVersion = 2;
+using dataplane::kWireVersion;
 
 // RequestHeader::flags.
 enum RequestFlag : uint32_t {

@@ -199,6 +199,7 @@ grpc::Status CacheStoreService::Hello(grpc::ServerContext* ctx, const v1::HelloR
     resp->set_session_id(s_.sessions.Open(p));
     resp->set_region_bytes(s_.store->ArenaRegion().size());
     resp->set_data_plane_mode(s_.data_plane_mode);
+    resp->set_data_plane_wire_version(dataplane::kWireVersion);
     if (s_.data_plane != nullptr) {
       resp->set_ucx_worker_address(s_.data_plane->worker_address());
       resp->set_ucx_rkey(s_.data_plane->packed_rkey());
