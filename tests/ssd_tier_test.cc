@@ -653,6 +653,41 @@ TEST_F(UringRingTest, ASubmissionRefusedForeverFailsTheBatch) {
   EXPECT_TRUE(ring_->broken());
 }
 
+// An op the kernel completes with -EAGAIN (a split O_DIRECT request on a
+// kernel before 6.3) is issued again, so the batch goes through and the
+// ring stays whole; an op that keeps failing so fails alone, with -EAGAIN.
+TEST_F(UringRingTest, AnOpCompletedWithEagainIsIssuedAgain) {
+  ring_->FailCompletionsForTesting(-EAGAIN, 3);
+  std::vector<IoOp> writes = Batch(true);
+  Run(writes);
+  for (const IoOp& op : writes) EXPECT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
+  EXPECT_EQ(done_, 6u);
+
+  ring_->FailCompletionsForTesting(-EAGAIN, 2);
+  std::vector<IoOp> reads = Batch(false);
+  Run(reads);
+  for (const IoOp& op : reads) EXPECT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
+  EXPECT_EQ(drained_, 6u);  // each read's bytes handed over once, all of them right
+  EXPECT_EQ(done_, 12u);
+  EXPECT_FALSE(ring_->broken());
+
+  ring_->FailCompletionsForTesting(-EAGAIN, 1000);
+  std::vector<IoOp> stuck = Batch(false);
+  Run(stuck);
+  for (const IoOp& op : stuck) {
+    EXPECT_EQ(op.result, -EAGAIN);
+    EXPECT_TRUE(op.completed);
+  }
+  EXPECT_EQ(done_, 18u);
+  EXPECT_EQ(drained_, 6u);
+  EXPECT_FALSE(ring_->broken());
+
+  ring_->FailCompletionsForTesting(0, 0);
+  std::vector<IoOp> after = Batch(false);
+  Run(after);
+  for (const IoOp& op : after) EXPECT_EQ(op.result, static_cast<int>(kSsdBlockBytes));
+}
+
 // A ring whose wait for completions fails outright still never returns
 // while the kernel holds its I/O: the caller reuses that memory at once.
 TEST_F(UringRingTest, AFailedWaitStillWaitsForTheKernelsIo) {

@@ -20,6 +20,11 @@ constexpr uint64_t kOpMask = (uint64_t{1} << kSlotShift) - 1;
 // refusal counts as a ring failure (about a second: the kernel has been
 // unable to allocate requests all along).
 constexpr uint32_t kMaxIdleSubmitRetries = 10000;
+// Times one op is issued again after completing with -EAGAIN. Kernels
+// before 6.3 may complete a large O_DIRECT request that way when the block
+// layer split it and ran out of tags for a part (the application is to
+// reissue it); past this the op fails with -EAGAIN.
+constexpr uint8_t kMaxReissues = 8;
 
 }  // namespace
 
@@ -69,32 +74,52 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
   std::vector<uint32_t> free_slots(depth_);
   for (uint32_t i = 0; i < depth_; ++i) free_slots[i] = depth_ - 1 - i;
   std::vector<size_t> completed;  // reaped, their done_fn not yet run
+  std::vector<size_t> again;      // completed with -EAGAIN, to be issued again
+  std::vector<uint8_t> reissues(ops.size(), 0);
   size_t next = 0, inflight = 0, reaped = 0;
   uint32_t idle_retries = 0;
   auto buffer = [&](uint32_t slot) {
     return std::span<std::byte>(buffers_ + uint64_t{slot} * buffer_bytes_, buffer_bytes_);
   };
-  auto reap = [&](io_uring_cqe* cqe) {
+  // Takes one completion; false when its op is to be issued again.
+  auto reap = [&](io_uring_cqe* cqe, bool may_reissue) {
     const uint64_t data = io_uring_cqe_get_data64(cqe);
     const size_t i = data & kOpMask;
     const uint64_t slot_tag = data >> kSlotShift;
     IoOp& op = ops[i];
-    op.result = cqe->res;
-    op.completed = true;
+    const int res = fail_completions_ > 0 ? (--fail_completions_, fail_completion_res_) : cqe->res;
+    const bool reissue = res == -EAGAIN && may_reissue && reissues[i] < kMaxReissues;
+    if (!reissue) {
+      op.result = res;
+      op.completed = true;
+    }
     if (slot_tag != 0) {
       const auto slot = static_cast<uint32_t>(slot_tag - 1);
-      if (!op.write && cqe->res == static_cast<int>(op.length)) {
+      if (!op.write && res == static_cast<int>(op.length)) {
         drain(i, buffer(slot).first(op.length));
       }
-      free_slots.push_back(slot);
+      free_slots.push_back(slot);  // a bounce write issued again is filled again
+    }
+    if (reissue) {
+      ++reissues[i];
+      again.push_back(i);
+      return false;
     }
     completed.push_back(i);
+    return true;
   };
   while (reaped < ops.size()) {
-    while (next < ops.size() && inflight < depth_) {
-      IoOp& op = ops[next];
+    while ((!again.empty() || next < ops.size()) && inflight < depth_) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) break;
+      size_t i = next;
+      if (again.empty()) {
+        ++next;
+      } else {
+        i = again.back();
+        again.pop_back();
+      }
+      IoOp& op = ops[i];
       uint64_t slot_tag = 0;
       if (op.direct != nullptr) {
         if (op.write) {
@@ -107,7 +132,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
         free_slots.pop_back();
         std::span<std::byte> buf = buffer(slot).first(op.length);
         if (op.write) {
-          fill(next, buf);
+          fill(i, buf);
           io_uring_prep_write_fixed(sqe, static_cast<int>(op.file), buf.data(), op.length,
                                     op.offset, static_cast<int>(slot));
         } else {
@@ -117,8 +142,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
         slot_tag = uint64_t{slot} + 1;
       }
       sqe->flags |= IOSQE_FIXED_FILE;
-      io_uring_sqe_set_data64(sqe, next | (slot_tag << kSlotShift));
-      ++next;
+      io_uring_sqe_set_data64(sqe, i | (slot_tag << kSlotShift));
       ++inflight;
     }
     // Queue full again: now the CPU work of what completed overlaps the I/O.
@@ -153,7 +177,7 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
       // fail the rest, and never run another batch on this ring (a stale
       // completion would land in the next one).
       broken_ = rc;
-      Drain(in_kernel, reap);
+      Drain(in_kernel, [&](io_uring_cqe* c) { reap(c, /*may_reissue=*/false); });
       for (size_t i : completed) done_fn(i);
       for (IoOp& op : ops) {
         if (op.result == 0) op.result = rc;  // lengths are never 0: not completed
@@ -163,12 +187,11 @@ void UringRing::Run(std::span<IoOp> ops, const BufferFn& fill, const BufferFn& d
     io_uring_cqe* cqe = nullptr;
     unsigned head = 0, seen = 0;
     io_uring_for_each_cqe(&ring_, head, cqe) {
-      reap(cqe);
+      if (reap(cqe, /*may_reissue=*/true)) ++reaped;
       ++seen;
     }
     io_uring_cq_advance(&ring_, seen);
     inflight -= seen;
-    reaped += seen;
   }
   for (size_t i : completed) done_fn(i);
 }
@@ -205,6 +228,11 @@ int UringRing::Wait(io_uring_cqe** cqe) {
     return fail_wait_rc_;
   }
   return io_uring_wait_cqe(&ring_, cqe);
+}
+
+void UringRing::FailCompletionsForTesting(int res, uint32_t times) {
+  fail_completion_res_ = res;
+  fail_completions_ = times;
 }
 
 void UringRing::FailWaitsForTesting(int rc, uint32_t times) {

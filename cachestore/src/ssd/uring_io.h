@@ -47,7 +47,8 @@ class UringRing {
 
   // Runs every op; each op's `result` says how it went. A submission the
   // kernel cannot take now (EAGAIN, EBUSY) is retried, for about a second
-  // when the kernel holds nothing (then it is a failure). A ring-level failure
+  // when the kernel holds nothing (then it is a failure); an op that
+  // completes with -EAGAIN is issued again, a few times. A ring-level failure
   // fails the ops not yet completed with its -errno, after waiting for those
   // the kernel holds; the ring is then broken and fails every later batch.
   // Never returns while the kernel holds an op, even if waiting fails: the
@@ -64,6 +65,9 @@ class UringRing {
   // Test hook: the next `times` waits for a completion return `rc` without
   // waiting.
   void FailWaitsForTesting(int rc, uint32_t times);
+  // Test hook: the next `times` completions report `res` whatever the
+  // kernel did (a read's bytes still land in its buffer).
+  void FailCompletionsForTesting(int res, uint32_t times);
 
  private:
   UringRing() = default;
@@ -79,6 +83,8 @@ class UringRing {
   uint32_t pass_submits_ = 0;
   int fail_wait_rc_ = 0;
   uint32_t fail_waits_ = 0;
+  int fail_completion_res_ = 0;
+  uint32_t fail_completions_ = 0;
   io_uring ring_{};
   bool ring_ready_ = false;
   uint32_t depth_ = 0;
