@@ -1,6 +1,8 @@
 // Bad input gets INVALID_ARGUMENT (or the precise code) and changes nothing.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "strata/cache_store.h"
 #include "test_util.h"
 
@@ -217,6 +219,16 @@ TEST(BadOptionsTest, OpenRejectsBadOptions) {
   bad = o;
   bad.swa_ttl = 0;
   EXPECT_EQ(CacheStore::Open(bad).status().code(), StatusCode::kInvalidArgument);
+  // "Never expire" would overflow now + TTL: entries would be born expired.
+  bad = o;
+  bad.global_kv_ttl = std::numeric_limits<Nanos>::max();
+  EXPECT_EQ(CacheStore::Open(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = o;
+  bad.max_lease_life = std::numeric_limits<Nanos>::max();
+  EXPECT_EQ(CacheStore::Open(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = o;
+  bad.global_kv_ttl = kMaxEntryTtl;  // the longest allowed still works
+  EXPECT_TRUE(CacheStore::Open(bad).ok());
 }
 
 }  // namespace

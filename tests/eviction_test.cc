@@ -109,6 +109,60 @@ TEST_F(EvictionTest, LeasedEntriesAreNeverEvicted) {
   EXPECT_EQ(t_->CommitBlocks(z, 0, 1)->published, 1u);
 }
 
+// A reservation never evicts what its own Publish needs: the stored parent
+// a block names, or a block it reported present (the caller does not send
+// that one again).
+TEST_F(EvictionTest, AReservationKeepsTheParentItNamesAndTheBlocksItFoundPresent) {
+  MakeStore(4);
+  const auto a = Tokens(8, 20);
+  ASSERT_EQ(t_->CommitBlocks(a, 0, 1)->published, 1u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(t_->CommitBlocks(Tokens(4, 21 + i), 0, 1)->published, 1u);
+  }
+  // a0 is the least recent entry of a full tier, and the parent of a1.
+  auto r = t_->CommitBlocks(a, 1, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->published, 1u) << r->blocks[0].ToString();
+  EXPECT_EQ(Hits(a), 2u);
+
+  // x0 is the least recent entry again; a batch of x0 (present) and y0.
+  const auto x = Tokens(4, 30), y = Tokens(4, 31);
+  ASSERT_EQ(t_->CommitBlocks(x, 0, 1)->published, 1u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(t_->CommitBlocks(Tokens(4, 32 + i), 0, 1)->published, 1u);
+  }
+  const ChainKey kx = t_->Keys(x, t_->writer)[0], ky = t_->Keys(y, t_->writer)[0];
+  const CommitBlock blocks[] = {{kx, StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                                 testing::TinyGlobalLayout().PayloadBytes(), std::nullopt},
+                                {ky, StateKind::kGlobalKv, testing::kTinyGlobalLayout,
+                                 testing::TinyGlobalLayout().PayloadBytes(), std::nullopt}};
+  auto res = t_->store->Reserve(t_->writer, testing::TestModel(), blocks);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->blocks[0].state, ReserveState::kAlreadyPresent);
+  EXPECT_EQ(res->blocks[1].state, ReserveState::kReserved);
+  EXPECT_EQ(Hits(x), 1u);
+  ASSERT_TRUE(t_->store->Abort(t_->writer, res->write_lease).ok());
+}
+
+// A batch that could not fit even if every evictable entry went is refused
+// before it evicts any of them.
+TEST_F(EvictionTest, ABatchThatCannotFitEvictsNothing) {
+  MakeStore(8);
+  const Principal other{"tenant-b", Role::kAdmin};
+  const auto leased = Tokens(16, 40);
+  ASSERT_EQ(t_->CommitBlocks(leased, 0, 4, other)->published, 4u);
+  auto m = t_->store->Match(other, t_->Request(leased, Seconds(60))).value();
+  ASSERT_EQ(m.blocks.size(), 4u);
+  const auto warm = Tokens(12, 41);
+  ASSERT_EQ(t_->CommitBlocks(warm, 0, 3)->published, 3u);
+  auto r = t_->CommitBlocks(Tokens(20, 42), 0, 5);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_EQ(Hits(warm), 3u);
+  EXPECT_EQ(t_->store->Stats().used_bytes, 7 * kSlot);
+  ASSERT_TRUE(t_->store->Abort(other, m.lease).ok());
+}
+
 TEST_F(EvictionTest, PinsProtectUntilTheyExpire) {
   MakeStore(3);
   const auto a = Tokens(4, 12);

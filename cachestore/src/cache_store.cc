@@ -19,6 +19,7 @@
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/container/flat_hash_set.h>
+#include <absl/container/inlined_vector.h>
 
 #include <algorithm>
 #include <chrono>
@@ -655,15 +656,28 @@ struct CacheStore::Impl {
             .leased_entries_limit = opts.max_leased_entries_per_namespace};
   }
 
-  // Why the extents a reservation of `blocks` would take now (those not
-  // present, in flight or repeated in the batch) would take namespace `ns`
-  // past its lease limits; empty if they would not. Changes nothing.
-  std::string PastReserveLimitsLocked(uint32_t ns, std::span<const CommitBlock> blocks,
-                                      Nanos now) const {
-    absl::flat_hash_set<EntryKey, EntryKeyHash> seen;
+  // What a reservation of `blocks` would take now: the entries and extent
+  // bytes of those not present, in flight or repeated in the batch; and
+  // what making room for them must not evict (`keep`, sorted): the blocks
+  // found present (the caller will not send them) and the stored parents
+  // the batch names (its Publish needs each). Changes nothing.
+  struct ReserveNeed {
     uint64_t entries = 0;
     uint64_t bytes = 0;
-    for (const CommitBlock& b : blocks) {
+    absl::InlinedVector<const Entry*, 8> keep;  // most batches keep one parent
+  };
+  ReserveNeed ReserveNeedLocked(uint32_t ns, std::span<const CommitBlock> blocks, Nanos now) const {
+    absl::flat_hash_set<EntryKey, EntryKeyHash> seen;
+    ReserveNeed need;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const CommitBlock& b = blocks[i];
+      // A parent earlier in the batch is looked up as a block of it.
+      if (b.parent.has_value() && (i == 0 || blocks[i - 1].key != *b.parent)) {
+        const EntryKey pk{ns, StateKind::kGlobalKv, *b.parent};
+        const Shard& pshard = ShardFor(pk);
+        std::shared_lock slock(pshard.mu);
+        if (const Entry* p = FindVisibleLocked(pshard, pk, now)) need.keep.push_back(p);
+      }
       const EntryKey k{ns, b.kind, b.key};
       if (!seen.insert(k).second) continue;  // in flight by then
       const Shard& shard = ShardFor(k);
@@ -672,12 +686,29 @@ struct CacheStore::Impl {
       if (it != shard.map.end()) {
         const Entry* e = it->second;
         // Present, or in flight; an expired one is replaced.
-        if (e->state.load() != EntryState::kCommitted || e->expiry > now) continue;
+        if (e->state.load() != EntryState::kCommitted) continue;
+        if (e->expiry > now) {
+          need.keep.push_back(e);
+          continue;
+        }
       }
-      ++entries;
-      bytes += arena->ExtentBytes(b.payload_bytes);
+      ++need.entries;
+      need.bytes += arena->ExtentBytes(b.payload_bytes);
     }
-    return PastLeaseLimits(ns, entries, bytes);
+    std::sort(need.keep.begin(), need.keep.end());
+    need.keep.erase(std::unique(need.keep.begin(), need.keep.end()), need.keep.end());
+    return need;
+  }
+
+  // Bytes of the tier no eviction can free now: reservations, and entries
+  // read leases pin.
+  uint64_t UnevictableBytesLocked() const {
+    uint64_t bytes = reserved_bytes;
+    std::shared_lock lock(ns_mu);
+    for (const std::atomic<int64_t>& pinned : ns_lease_pinned) {
+      bytes += static_cast<uint64_t>(std::max<int64_t>(pinned.load(), 0));
+    }
+    return bytes;
   }
 
   // RESOURCE_EXHAUSTED if a match leasing `entries` entries could not be
@@ -871,10 +902,14 @@ struct CacheStore::Impl {
            e.readers.load() == 0 && e.first_child == nullptr && e.pinned_until.load() <= now;
   }
 
-  // Evicts one victim; false when nothing may go.
-  bool EvictOneLocked(EvictReason reason, Nanos now, uint64_t incoming_bytes = 0) {
-    Entry* victim = policy->PickVictim([&](const Entry& e) { return EvictableLocked(e, now); },
-                                       kMaxVictimScan, reserved_bytes + incoming_bytes);
+  // Evicts one victim, never one of `keep` (sorted); false when nothing may go.
+  bool EvictOneLocked(EvictReason reason, Nanos now, uint64_t incoming_bytes = 0,
+                      std::span<const Entry* const> keep = {}) {
+    Entry* victim = policy->PickVictim(
+        [&](const Entry& e) {
+          return EvictableLocked(e, now) && !std::binary_search(keep.begin(), keep.end(), &e);
+        },
+        kMaxVictimScan, reserved_bytes + incoming_bytes);
     if (victim == nullptr) return false;
     const EntryKey key = victim->key;
     const ModelId model = victim->model_id;
@@ -898,19 +933,22 @@ struct CacheStore::Impl {
     return true;
   }
 
-  uint64_t EvictToWatermarkLocked(Nanos now) {
+  uint64_t EvictToWatermarkLocked(Nanos now, std::span<const Entry* const> keep = {}) {
     const uint64_t cap = arena->capacity_bytes();
     if (arena->used_bytes() <= static_cast<uint64_t>(opts.high_watermark * cap)) return 0;
     const uint64_t target = static_cast<uint64_t>(opts.low_watermark * cap);
     uint64_t n = 0;
-    while (arena->used_bytes() > target && EvictOneLocked(EvictReason::kWatermark, now)) ++n;
+    while (arena->used_bytes() > target && EvictOneLocked(EvictReason::kWatermark, now, 0, keep)) {
+      ++n;
+    }
     return n;
   }
 
-  std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now) {
+  std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now,
+                                       std::span<const Entry* const> keep = {}) {
     for (size_t attempt = 0; attempt < kMaxVictimScan; ++attempt) {
       if (auto extent = arena->Allocate(bytes)) return extent;
-      if (!EvictOneLocked(EvictReason::kCapacity, now, bytes)) break;
+      if (!EvictOneLocked(EvictReason::kCapacity, now, bytes, keep)) break;
     }
     return std::nullopt;
   }
@@ -1041,8 +1079,9 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   if (options.index_shards == 0 || (options.index_shards & (options.index_shards - 1)) != 0) {
     return InvalidArgument("index_shards must be a power of two");
   }
-  if (options.global_kv_ttl <= 0 || options.swa_ttl <= 0) {
-    return InvalidArgument("TTLs must be positive");
+  if (options.global_kv_ttl <= 0 || options.swa_ttl <= 0 || options.global_kv_ttl > kMaxEntryTtl ||
+      options.swa_ttl > kMaxEntryTtl) {
+    return InvalidArgument("TTLs must be in (0, 10 years]");
   }
   if (options.default_read_lease_ttl <= 0 || options.default_read_lease_ttl > kMaxLeaseTtl ||
       options.default_write_lease_ttl <= 0 || options.default_write_lease_ttl > kMaxLeaseTtl) {
@@ -1051,9 +1090,10 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   if (!(options.max_held_share_per_namespace > 0 && options.max_held_share_per_namespace <= 1)) {
     return InvalidArgument("max_held_share_per_namespace must be in (0, 1]");
   }
-  if (options.max_lease_life < kMaxLeaseTtl) {
+  if (options.max_lease_life < kMaxLeaseTtl || options.max_lease_life > kMaxEntryTtl) {
     // Else a lease could be granted for longer than it may live.
-    return InvalidArgument("max_lease_life must be at least the longest lease TTL (10m)");
+    return InvalidArgument(
+        "max_lease_life must be at least the longest lease TTL (10m), at most 10 years");
   }
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
@@ -1742,8 +1782,19 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     std::lock_guard lock(s.structure_mu);
     // Refused before anything changes (an expired entry deleted, others
     // evicted to make room); the grant below makes the exact check.
-    if (std::string why = s.PastReserveLimitsLocked(ns, blocks, now); !why.empty()) {
+    const Impl::ReserveNeed need = s.ReserveNeedLocked(ns, blocks, now);
+    if (std::string why = s.PastLeaseLimits(ns, need.entries, need.bytes); !why.empty()) {
       return Impl::LeaseRefused(caller.ns, why);
+    }
+    // Nor does a batch that could not fit even if every evictable entry
+    // went evict any of them first.
+    const uint64_t capacity = s.arena->capacity_bytes();
+    if (const uint64_t held = s.UnevictableBytesLocked();
+        need.bytes > capacity - std::min(capacity, held)) {
+      return ResourceExhausted("no room for " + std::to_string(need.bytes) +
+                               " bytes in the DRAM tier: " + std::to_string(held) + " of its " +
+                               std::to_string(capacity) +
+                               " bytes are reserved or held by read leases");
     }
     auto undo = [&] {
       for (const EntryRef& ref : rec.entries) s.EraseLocked(ref.entry);
@@ -1777,7 +1828,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
           continue;
         }
       }
-      std::optional<Extent> extent = s.AllocateLocked(b.payload_bytes, now);
+      std::optional<Extent> extent = s.AllocateLocked(b.payload_bytes, now, need.keep);
       if (!extent.has_value()) {
         undo();
         return ResourceExhausted("no room for " + std::to_string(b.payload_bytes) +
@@ -1821,7 +1872,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       s.m.leases_live_write->Add(1);
     }
     s.m.used_bytes->Set(static_cast<int64_t>(s.arena->used_bytes()));
-    s.EvictToWatermarkLocked(now);
+    s.EvictToWatermarkLocked(now, need.keep);
   }
   return out;
 }

@@ -52,6 +52,9 @@ constexpr uint64_t kMaxPayloadBytes = 64ull << 20;  // one entry
 constexpr uint32_t kMinBlockTokens = 1;
 constexpr uint32_t kMaxBlockTokens = 65536;
 constexpr Nanos kMaxLeaseTtl = Minutes(10);
+// Entry TTLs and the longest lease life: far below where now + it
+// overflows the clock.
+constexpr Nanos kMaxEntryTtl = Hours(24 * 365 * 10);
 constexpr uint32_t kMaxPinTtlSeconds = 30 * 24 * 3600;  // an admin pin
 
 // ---- match ------------------------------------------------------------------
