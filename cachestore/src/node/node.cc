@@ -342,10 +342,15 @@ void Node::Shutdown() {
   // reservations, but their transfers land and Publish, Abort and
   // RenewLease are still served, so a commit under way when SIGTERM came is
   // kept rather than lost. Reads go on meanwhile.
+  // A Reserve past its draining check may still grant one: it is waited
+  // for too (NodeState::reserves_admitting).
   CacheStore& store = *n.state.store;
-  if (const uint64_t open = store.Stats().write_leases; open > 0) {
-    spdlog::info("event=node_waiting_for_writes write_leases={}", open);
-    if (!WaitUntil([&] { return store.Stats().write_leases == 0; }, deadline)) {
+  auto writes_done = [&] {
+    return n.state.reserves_admitting.load() == 0 && store.Stats().write_leases == 0;
+  };
+  if (!writes_done()) {
+    spdlog::info("event=node_waiting_for_writes write_leases={}", store.Stats().write_leases);
+    if (!WaitUntil(writes_done, deadline)) {
       spdlog::warn("event=node_writes_unfinished write_leases={}", store.Stats().write_leases);
     }
   }

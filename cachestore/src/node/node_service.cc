@@ -259,12 +259,19 @@ grpc::Status CacheStoreService::Reserve(grpc::ServerContext* ctx, const v1::Rese
                                         v1::ReserveResponse* resp) {
   return Serve(s_, "Reserve", *ctx, [&](const Principal& p) -> Status {
     STRATA_RETURN_IF_ERROR(DataCaller(p));
-    if (s_.draining.load()) return Unavailable("node " + s_.node_id + " is draining");
-    ModelId model;
-    std::vector<CommitBlock> blocks;
-    Nanos ttl = 0;
-    STRATA_RETURN_IF_ERROR(wire::DecodeReserveRequest(*req, &model, &blocks, &ttl));
-    Result<Reservation> r = s_.store->Reserve(p, model, blocks, ttl);
+    // Counted before the check: a stop that set `draining` after it either
+    // is seen here or sees this reservation (granted or refused) before it
+    // counts the write leases to wait for.
+    s_.reserves_admitting.fetch_add(1);
+    Result<Reservation> r = [&]() -> Result<Reservation> {
+      if (s_.draining.load()) return Unavailable("node " + s_.node_id + " is draining");
+      ModelId model;
+      std::vector<CommitBlock> blocks;
+      Nanos ttl = 0;
+      STRATA_RETURN_IF_ERROR(wire::DecodeReserveRequest(*req, &model, &blocks, &ttl));
+      return s_.store->Reserve(p, model, blocks, ttl);
+    }();
+    s_.reserves_admitting.fetch_sub(1);
     if (!r.ok()) return r.status();
     const std::byte* base = s_.store->ArenaRegion().data();
     resp->set_write_lease_id(r->write_lease);

@@ -55,7 +55,10 @@ struct NodeState {
   TokenTable tokens;
   SessionTable sessions;
   std::atomic<bool> draining{false};
-  std::atomic<int> calls_in_flight{0};               // gRPC handlers running now
+  std::atomic<int> calls_in_flight{0};  // gRPC handlers running now
+  // Reserve handlers between their draining check and their grant: a
+  // stopping node waits for them before it counts the writes to finish.
+  std::atomic<int> reserves_admitting{0};
   dataplane::DataPlaneServer* data_plane = nullptr;  // set once at start
   std::string data_plane_mode;
   std::vector<std::string> rdma_devices;
