@@ -300,6 +300,57 @@ class ForwardingStore : public Store {
   Store& inner_;
 };
 
+// Answers the first `matches` matches, then refuses every one.
+class MatchesThenRefusesStore final : public ForwardingStore {
+ public:
+  MatchesThenRefusesStore(Store& inner, int matches) : ForwardingStore(inner), left_(matches) {}
+  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override {
+    if (left_-- > 0) return inner_.MatchKeys(r);
+    return Internal("injected: match refused");
+  }
+
+ private:
+  int left_;
+};
+
+// A request whose match was let go while it waited for pool pages counts
+// only what its next admission matched: nothing, when that match failed.
+TEST(EngineTest, AMatchLetGoWhileWaitingForPagesIsNotCounted) {
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  (void)RunOne(Options(store.get()), Turn1());
+  MatchesThenRefusesStore refusing(*store, 2);  // request 1, and request 2 before it waits
+  EngineOptions o = Options(&refusing);
+  o.pool_pages = 4;  // room for one 2-block fetch: requests 2 and 3 wait
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  Engine& engine = **e;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    Request r;
+    r.id = id;
+    r.prompt = Turn1();
+    const std::vector<uint32_t> more = Tokens(306, 40 + static_cast<uint32_t>(id));
+    r.prompt.insert(r.prompt.end(), more.begin(), more.end());
+    r.max_new_tokens = 2;
+    ASSERT_TRUE(engine.AddRequest(r).ok());
+  }
+  std::map<uint64_t, RequestStats> stats;
+  for (StepOutput& out : engine.Drain()) {
+    if (out.finished) stats[out.id] = out.stats;
+  }
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_EQ(stats[1].hit_tokens, 512u);  // the one fetch that had room
+  size_t refused = 0;
+  for (const auto& [id, st] : stats) {
+    if (st.hit_tokens > 0) continue;
+    ++refused;  // matched, let go, then refused at its next admission
+    EXPECT_EQ(st.matched_tokens, 0u) << "request " << id;
+    EXPECT_GE(st.store_errors, 1u) << "request " << id;
+  }
+  EXPECT_GE(refused, 1u);
+  ExpectStoreQuiet(cache);
+}
+
 // Counts the fetches that ask for an SWA state.
 class SwaFetchCountingStore final : public ForwardingStore {
  public:
@@ -437,7 +488,13 @@ TEST(EngineMetricsTest, CountWhatEachRequestGotFromTheStore) {
 // A Store that forwards to a real in-process store and injects faults.
 class FaultyStore final : public ForwardingStore {
  public:
-  enum class Fault { kNone, kFetchCutAfterBlock1, kFetchDeadline, kCommitExhausted };
+  enum class Fault {
+    kNone,
+    kFetchCutAfterBlock1,
+    kFetchDeadline,
+    kCommitExhausted,
+    kGlobalKvCommitExhausted,  // SWA states would still be taken
+  };
   FaultyStore(Store& inner, Fault fault) : ForwardingStore(inner), fault_(fault) {}
 
   FetchFuture Fetch(const FetchRequest& r) override {
@@ -465,7 +522,9 @@ class FaultyStore final : public ForwardingStore {
     return inner_.Reserve(m, b, ttl);
   }
   Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
-    if (fault_ == Fault::kCommitExhausted) {
+    const bool global_kv = !p.empty() && p[0].block.kind == StateKind::kGlobalKv;
+    if (fault_ == Fault::kCommitExhausted ||
+        (fault_ == Fault::kGlobalKvCommitExhausted && global_kv)) {
       ++failed_commits;
       return ResourceExhausted("injected: store full");
     }
@@ -579,6 +638,20 @@ TEST_F(StoreFaultTest, CommitResourceExhaustedLosesNothing) {
   EXPECT_GT(faulty.failed_commits, 0);
   EXPECT_EQ(r.stats.committed_blocks, 0u);
   EXPECT_EQ(fresh->Stats().global_kv_entries, 0u);
+  ExpectStoreQuiet(fresh);
+}
+
+// SWA state is committed only over blocks the store holds: over a block it
+// refused, no match could reach it, and it would only take room.
+TEST_F(StoreFaultTest, NoSwaStateIsCommittedOverBlocksTheStoreRefused) {
+  auto fresh = NewCacheStore();
+  auto inner = Attach(fresh);
+  FaultyStore faulty(*inner, FaultyStore::Fault::kGlobalKvCommitExhausted);
+  const RunResult r = RunOne(Options(&faulty), Turn1());
+  EXPECT_GT(faulty.failed_commits, 0);
+  EXPECT_EQ(r.stats.committed_blocks, 0u);
+  EXPECT_EQ(r.stats.committed_swa, 0u);
+  EXPECT_EQ(fresh->Stats().swa_entries, 0u);
   ExpectStoreQuiet(fresh);
 }
 

@@ -55,6 +55,11 @@ struct Engine::Sequence {
   int64_t replay_begin = -1;     // pending encoder replay [replay_begin, hit boundary)
   bool use_store = true;         // false after a fallback to full recompute
   uint64_t committed_upto = 0;   // GLOBAL_KV blocks [0, committed_upto) are in the store
+  // Blocks [0, stored_upto) are in the store as far as this run knows:
+  // fetched, or committed (now or before a restart). SWA state is only
+  // committed over such a prefix; over a block the store refused, no match
+  // could ever reach it.
+  uint32_t stored_upto = 0;
   bool first_token_out = false;
   std::vector<uint32_t> generated;
   RequestStats stats;
@@ -208,6 +213,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   seq.swa_stale = false;
   seq.lineage = 0;
   seq.lineage_blocks = 0;
+  seq.stored_upto = 0;
   // Decoder bounded replay starts at a block boundary at least keep_tokens
   // before the end, so a hit boundary never lies past it.
   const int64_t keep_from = std::max<int64_t>(0, t - options_.keep_tokens);
@@ -259,6 +265,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   const uint32_t ever = pool_.capacity() - StagingPages(pool_);  // in an empty pool
   if (may_defer && usable > room && usable <= ever) {
     seq.deferred_pages = usable;
+    seq.stats.matched_tokens = 0;  // the match is let go; the next admission matches again
     ReleaseFetch(seq);
     seq.phase = Phase::kQueued;
     return false;
@@ -281,6 +288,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
     return true;
   }
   seq.fetch_blocks = usable;
+  seq.stored_upto = usable;
   for (uint32_t b = 0; b < usable; ++b) {
     seq.lineage = ExtendLineage(seq.lineage, seq.match.blocks[b].checksum);
   }
@@ -470,6 +478,7 @@ void Engine::CommitBlock(Sequence& seq, uint32_t block) {
       ++seq.stats.store_errors;  // a full store or a missing parent: not cached, nothing lost
     }
   }
+  if (block == seq.stored_upto && block < seq.committed_upto) ++seq.stored_upto;
   if (page.has_value()) pool_.Unref(*page);
 }
 
@@ -490,6 +499,7 @@ void Engine::CommitSwa(Sequence& seq, uint32_t boundary_blocks) {
   // an encoder bounded replay the rings are approximate.
   if (seq.state.encoder_replay_start != 0) return;
   if (seq.lineage_blocks != boundary_blocks) return;  // a block before it was never sealed
+  if (seq.stored_upto < boundary_blocks) return;      // nor over a block the store refused
   if (!store_health_->Usable()) {
     ++seq.stats.store_skipped;
     return;
