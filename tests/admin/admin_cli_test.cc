@@ -669,6 +669,27 @@ TEST_F(AdminCliTest, ANodeThatIsDownHidesNothingTheOthersDid) {
   const std::string live_then_dead = node_->uri() + "," + dead;
   const std::string dead_then_live = dead + "," + node_->uri();
 
+  // Pin and unpin go on past the dead node, in either order, and name it.
+  const std::string key = Hex(p.keys[1]);
+  auto pinned = [&] {
+    return F(F(AdminJson(kAdminA, {"inspect", key}), "entry"), "pinned").bool_value();
+  };
+  for (const std::string& store : {dead_then_live, live_then_dead}) {
+    AdminRun pin = admin2(store, {"pin", key, "--ttl", "1h", "--json"});
+    EXPECT_EQ(pin.code, 2) << pin.err;
+    const Value pj = ParseJson(pin.out);
+    EXPECT_TRUE(F(pj, "pinned").bool_value()) << pin.out;
+    ASSERT_EQ(Size(F(pj, "nodes")), 1) << pin.out;
+    ASSERT_EQ(Size(F(pj, "errors")), 1) << pin.out;
+    EXPECT_EQ(Str(F(At(F(pj, "errors"), 0), "node")), dead);
+    EXPECT_TRUE(pinned());
+    AdminRun unpin = admin2(store, {"unpin", key});
+    EXPECT_EQ(unpin.code, 2) << unpin.err;
+    EXPECT_NE(unpin.out.find("unpinned global " + key), std::string::npos) << unpin.out;
+    EXPECT_NE(unpin.err.find("node " + dead + ": "), std::string::npos) << unpin.err;
+    EXPECT_FALSE(pinned());
+  }
+
   // Evict goes on past the dead node and lists what the live one evicted.
   AdminRun evict = admin2(live_then_dead, {"evict", "--all", "--json"});
   EXPECT_EQ(evict.code, 2) << evict.err;

@@ -223,11 +223,15 @@ Status BuildRef(const EntryArgs& a, v1::EntryRef* ref) {
 }
 
 // Asks every node; a node without the entry is not an error unless none has it.
+// A node that fails otherwise fails the call, or, with `failed`, is noted
+// there while the others are asked (the call fails only if none answered
+// with the entry).
 struct Replica {
   size_t node;
   v1::EntryInfo entry;
 };
-Result<std::vector<Replica>> FindReplicas(Context& ctx, const v1::InspectRequest& req) {
+Result<std::vector<Replica>> FindReplicas(Context& ctx, const v1::InspectRequest& req,
+                                          std::vector<NodeFailure>* failed = nullptr) {
   std::vector<Replica> found;
   Status not_found;
   for (size_t i = 0; i < ctx.clients.size(); ++i) {
@@ -236,10 +240,13 @@ Result<std::vector<Replica>> FindReplicas(Context& ctx, const v1::InspectRequest
       found.push_back({i, std::move(e).value()});
     } else if (e.status().code() == StatusCode::kNotFound) {
       not_found = e.status();
+    } else if (failed != nullptr) {
+      failed->push_back({i, e.status()});
     } else {
       return e.status();
     }
   }
+  if (found.empty() && failed != nullptr && !failed->empty()) return failed->front().status;
   if (found.empty()) {
     if (ctx.many()) {
       return NotFound("no such key: " + KindName(req.entry().kind()) + " entry " +
@@ -311,7 +318,10 @@ int RunPin(Context& ctx, const EntryArgs& a, uint64_t ttl_s) {
   v1::InspectRequest find;
   if (Status st = BuildRef(a, find.mutable_entry()); !st.ok()) return ctx.Fail(st);
   find.set_namespace_(a.ns);
-  Result<std::vector<Replica>> replicas = FindReplicas(ctx, find);
+  // A node that is down does not keep the others from pinning (or, for an
+  // operator on call, from unpinning): it is named among the failures.
+  std::vector<NodeFailure> failed;
+  Result<std::vector<Replica>> replicas = FindReplicas(ctx, find, &failed);
   if (!replicas.ok()) return ctx.Fail(replicas.status());
   v1::PinRequest req;
   *req.mutable_entry() = find.entry();
@@ -319,7 +329,6 @@ int RunPin(Context& ctx, const EntryArgs& a, uint64_t ttl_s) {
   req.set_ttl_s(static_cast<uint32_t>(ttl_s));
   Json nodes = Json::MakeArray();
   std::string where;
-  std::vector<NodeFailure> failed;
   for (const Replica& r : *replicas) {
     if (Status st = ctx.clients[r.node]->Pin(req); !st.ok()) {
       failed.push_back({r.node, st});
@@ -328,7 +337,7 @@ int RunPin(Context& ctx, const EntryArgs& a, uint64_t ttl_s) {
     nodes.Push(ctx.clients[r.node]->address());
     where += (where.empty() ? "" : ", ") + ctx.clients[r.node]->address();
   }
-  if (failed.size() == replicas->size()) return ctx.Fail(failed.front().status);
+  if (where.empty()) return ctx.Fail(failed.front().status);
   Json out = Json::MakeObject();
   const int code = ReportNodeFailures(ctx, failed, &out);
   if (ctx.json) {
