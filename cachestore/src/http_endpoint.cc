@@ -28,7 +28,11 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   if (colon == std::string::npos || port < 0 || port > 65535) {
     return InvalidArgument("the HTTP listen address must be host:port, got '" + listen + "'");
   }
-  const std::string host = listen.substr(0, colon);
+  std::string host = listen.substr(0, colon);
+  // "[::1]:port", as gRPC's listen takes it; getaddrinfo wants the bare address.
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
   std::unique_ptr<HttpEndpoint> ep(new HttpEndpoint());
   ep->server_ = std::make_unique<httplib::Server>();
   // Only GET and HEAD are served. Anything else is refused before its body

@@ -66,6 +66,26 @@ std::string RawExchange(int port, const std::string& request) {
   return reply;
 }
 
+// An IPv6 address is written as gRPC's listen takes it: "[::1]:port".
+TEST(HttpEndpointTest, ListensOnABracketedIpv6Address) {
+  const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 loopback{};
+  loopback.sin6_family = AF_INET6;
+  loopback.sin6_addr = in6addr_loopback;
+  const bool has_ipv6 =
+      probe >= 0 && bind(probe, reinterpret_cast<sockaddr*>(&loopback), sizeof(loopback)) == 0;
+  if (probe >= 0) close(probe);
+  if (!has_ipv6) GTEST_SKIP() << "no IPv6 loopback on this machine";
+  auto ep = HttpEndpoint::Start(
+      "[::1]:0", [] { return std::string("strata_up 1\n"); }, [] { return true; });
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  httplib::Client client("::1", (*ep)->port());
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  (*ep)->Stop();
+}
+
 TEST(HttpEndpointTest, RefusesOtherMethodsBeforeReadingTheirBody) {
   auto ep = HttpEndpoint::Start(
       "127.0.0.1:0", [] { return std::string("strata_up 1\n"); }, [] { return true; });

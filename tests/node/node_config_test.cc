@@ -137,6 +137,27 @@ extra_layouts:
   EXPECT_TRUE((*node)->store().RegisterLayout(list->extra_layouts[0]).ok());  // the same: fine
 }
 
+// Keys left empty are YAML's null: the empty value, or an empty section;
+// booleans come in any case.
+TEST(NodeConfigTest, EmptyValuesAndSectionsAndCapitalizedBooleansAreRead) {
+  auto c = LoadNodeConfig(WriteFile("empty-values.yaml",
+                                    "tokens_file: t\ntls_cert_file:\ntls_key_file:\n"
+                                    "ssd_sync: False\ncluster:\n  etcd_endpoints:\n"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->tls_cert_file.empty());
+  EXPECT_TRUE(c->tls_key_file.empty());
+  EXPECT_FALSE(c->ssd_sync);
+  EXPECT_TRUE(c->cluster.etcd_endpoints.empty());
+  EXPECT_TRUE(ValidateNodeConfig(*c).ok()) << ValidateNodeConfig(*c).ToString();
+  auto section = LoadNodeConfig(WriteFile("empty-cluster.yaml", "tokens_file: t\ncluster:\n"));
+  ASSERT_TRUE(section.ok()) << section.status().ToString();
+  auto yes = LoadNodeConfig(WriteFile("true.yaml", "tokens_file: t\nssd_sync: TRUE\n"));
+  ASSERT_TRUE(yes.ok()) << yes.status().ToString();
+  EXPECT_TRUE(yes->ssd_sync);
+  // A number left empty is still no number.
+  EXPECT_FALSE(LoadNodeConfig(WriteFile("empty-size.yaml", "dram_bytes:\n")).ok());
+}
+
 TEST(NodeConfigTest, ErrorsNameTheProblem) {
   auto typo = LoadNodeConfig(WriteFile("typo.yaml", "dram_byts: 1GiB\n"));
   ASSERT_FALSE(typo.ok());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <functional>
@@ -91,8 +92,11 @@ Result<uint64_t> ParseLimit(const std::string& text) {
 }
 
 Result<bool> ParseBool(const std::string& text) {
-  if (text == "true" || text == "yes" || text == "on") return true;
-  if (text == "false" || text == "no" || text == "off") return false;
+  // YAML writes them in any case (True, TRUE).
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "true" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "no" || t == "off") return false;
   return InvalidArgument("not a boolean: '" + text + "' (use true or false)");
 }
 
@@ -198,14 +202,16 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   if (!root.IsMap()) return InvalidArgument("config " + path + ": expected a mapping of keys");
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>("");
-    if (key == "cluster" && kv.second.IsMap()) {
+    // A key left empty (`tls_cert_file:`, or `cluster:` with its keys
+    // commented out) is YAML's null: the empty value, or an empty section.
+    if (key == "cluster" && (kv.second.IsMap() || kv.second.IsNull())) {
       for (const auto& sub : kv.second) {
         const std::string sub_key = "cluster." + sub.first.as<std::string>("");
-        if (!sub.second.IsScalar()) {
+        if (!sub.second.IsScalar() && !sub.second.IsNull()) {
           return InvalidArgument(
               fmt::format("config {}: '{}' must be a single value", path, sub_key));
         }
-        Status st = Set(&config, sub_key, sub.second.Scalar());
+        Status st = Set(&config, sub_key, sub.second.IsNull() ? "" : sub.second.Scalar());
         if (!st.ok()) return InvalidArgument("config " + path + ": " + st.message());
       }
       continue;
@@ -225,7 +231,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
       }
     } else if (kv.second.IsScalar()) {
       value = kv.second.Scalar();
-    } else {
+    } else if (!kv.second.IsNull()) {
       return InvalidArgument(fmt::format("config {}: '{}' must be a single value", path, key));
     }
     Status st = Set(&config, key, value);
