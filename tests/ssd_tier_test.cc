@@ -985,6 +985,47 @@ TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsVictimsAndItsDeletions) {
   EXPECT_TRUE(tier->Read({Key(2), out}).ok());
 }
 
+// An entry erased while an eviction of it deletes it from the index: if
+// that delete fails, the victim is not served again (the eviction's
+// failure path puts victims back), and its delete is retried, so a restart
+// does not bring it back either.
+TEST(SsdTierTest, AnEntryErasedDuringItsFailedEvictionStaysErased) {
+  TempDir dir;
+  ManualClock clock;
+  SsdTierOptions o = Options(dir.path(), 4 * kSsdBlockBytes * 2);  // four 8 KiB entries
+  o.clock = &clock;
+  o.high_watermark = o.low_watermark = 1.0;
+  std::promise<void> reached, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> deletes{0};
+  o.before_index_delete_hook = [&]() -> Status {
+    if (deletes.fetch_add(1) != 0) return Status::Ok();
+    reached.set_value();
+    released.wait();
+    return Unavailable("injected: index write failed");
+  };
+  const std::vector<std::byte> p = RandomBytes(8000, 43);
+  std::vector<std::byte> out(p.size());
+  {
+    auto tier = SsdTier::Open(o).value();
+    for (uint64_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(tier->Write({Key(i), p, 1, 1}).ok());
+      clock.Advance(Seconds(1));  // Key(0) is the least recent
+    }
+    std::thread writer([&] { (void)tier->Write({Key(4), p, 1, 1}); });  // evicts Key(0)
+    reached.get_future().wait();
+    (void)tier->Erase(Key(0));
+    release.set_value();
+    writer.join();
+    EXPECT_FALSE(tier->Contains(Key(0)));
+    EXPECT_EQ(tier->Read({Key(0), out}).code(), StatusCode::kNotFound);
+    EXPECT_TRUE(tier->Read({Key(1), out}).ok());
+  }  // closing retries the delete
+  auto tier = SsdTier::Open(o).value();
+  EXPECT_FALSE(tier->Contains(Key(0)));
+  EXPECT_TRUE(tier->Contains(Key(1)));
+}
+
 // An erase the index could not record stays pending: never served, erasing
 // again is not "not found" until the index has it, and it is retried when
 // the index recovers, or at close, so a restart does not bring it back.

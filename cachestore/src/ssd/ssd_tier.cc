@@ -180,6 +180,11 @@ struct SsdTier::Impl {
   // them back). Also records whose index put failed (it may have landed),
   // and the expired records such a put may have overwritten. Under `mu`.
   std::vector<std::pair<std::string, RecordPtr>> undeleted;
+  // Keys of eviction victims whose index delete has not finished (how many
+  // evictions of each), and those of them erased meanwhile: a victim whose
+  // delete then fails is not served again if it was erased. Under `mu`.
+  std::unordered_map<std::string, uint32_t> evicting;
+  std::unordered_set<std::string> erased_while_evicting;
   // File-system bytes admitted by the free-space check (WriteBatch) that
   // their batches have not written yet: statvfs shows them only once
   // written, so without this two batches could each take the same room.
@@ -492,7 +497,8 @@ struct SsdTier::Impl {
         // Deleted, or its index entry overwritten by the rewrite's.
         recs[i]->index_gone = true;
         MaybeFreeLocked(*recs[i]);
-      } else if (restore_on_failure && !UndeletedLocked(keys[i])) {
+      } else if (restore_on_failure && !UndeletedLocked(keys[i]) &&
+                 !erased_while_evicting.contains(keys[i])) {
         // Still indexed: serve them rather than leak their space (and
         // evict nothing more: MakeRoom stops once the index failed). Not
         // when a failed put of the key waits to be deleted: back in memory
@@ -504,8 +510,23 @@ struct SsdTier::Impl {
         undeleted.emplace_back(keys[i], recs[i]);
       }
     }
+    if (restore_on_failure) {
+      for (const std::string& k : keys) {
+        auto it = evicting.find(k);
+        if (it != evicting.end() && --it->second == 0) {
+          evicting.erase(it);
+          erased_while_evicting.erase(k);
+        }
+      }
+    }
     PublishGaugesLocked();
     return st;
+  }
+
+  // Victims just taken out of memory by an eviction (FinishRetire with
+  // restore_on_failure follows).
+  void MarkEvictingLocked(const std::vector<std::string>& keys) {
+    for (const std::string& k : keys) ++evicting[k];
   }
 
   // A failed index is reopened once write_retry_interval has passed (at
@@ -629,6 +650,7 @@ struct SsdTier::Impl {
                                 });
       if (!formed) return false;
       EvictLocked(keys, &recs);
+      MarkEvictingLocked(keys);
     }
     // Freed once the index forgets them (and no reader came meanwhile).
     return FinishRetire(keys, recs, /*restore_on_failure=*/true).ok();
@@ -641,6 +663,7 @@ struct SsdTier::Impl {
     {
       std::lock_guard lock(mu);
       CollectVictimsLocked(clock->Now(), incoming, ttl, &keys, &recs);
+      MarkEvictingLocked(keys);
     }
     return FinishRetire(keys, recs, /*restore_on_failure=*/true).ok() ? recs.size() : 0;
   }
@@ -1345,6 +1368,9 @@ Status SsdTier::Erase(const SsdKey& key) {
   RecordPtr r;
   {
     std::lock_guard lock(s.mu);
+    // An eviction of the key may be deleting it from the index now: if that
+    // delete fails, its victim must stay out of memory.
+    if (s.evicting.contains(k)) s.erased_while_evicting.insert(k);
     r = s.RetireLocked(k);
     if (r == nullptr && !s.UndeletedLocked(k)) return NotFound("not on the SSD tier");
     if (r != nullptr) s.m.evict_explicit->Increment();
