@@ -154,15 +154,16 @@ TEST(EngineTest, CommitsWhileAFetchHoldsEveryPage) {
 // one request's fetch at a time (plus commit staging): they are admitted
 // one after another as pages free up, each fetching its whole prefix,
 // rather than all at once with the later ones left to recompute.
-TEST(EngineTest, FetchesWaitForPoolPagesInsteadOfShrinking) {
-  auto cache = NewCacheStore();
-  auto store = Attach(cache);
-  (void)RunOne(Options(store.get()), Turn1());
-  EngineOptions o = Options(store.get());
-  o.pool_pages = 4;  // one page kept for staging: room for one 2-block fetch
+// Three requests that continue turn 1 (its 512 tokens, then their own),
+// on an engine whose pool has room for one 2-block fetch at a time; each
+// one's stats. `engine`, if given, receives the engine (for its counters).
+std::map<uint64_t, RequestStats> RunThreeOnFourPages(Store* store,
+                                                     std::unique_ptr<Engine>* engine = nullptr) {
+  EngineOptions o = Options(store);
+  o.pool_pages = 4;  // one page kept for staging
   Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
-  ASSERT_TRUE(e.ok());
-  Engine& engine = **e;
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return {};
   for (uint64_t id = 1; id <= 3; ++id) {
     Request r;
     r.id = id;
@@ -170,19 +171,29 @@ TEST(EngineTest, FetchesWaitForPoolPagesInsteadOfShrinking) {
     const std::vector<uint32_t> more = Tokens(306, 20 + static_cast<uint32_t>(id));
     r.prompt.insert(r.prompt.end(), more.begin(), more.end());
     r.max_new_tokens = 4;
-    ASSERT_TRUE(engine.AddRequest(r).ok());
+    EXPECT_TRUE((*e)->AddRequest(r).ok());
   }
   std::map<uint64_t, RequestStats> stats;
-  for (StepOutput& out : engine.Drain()) {
+  for (StepOutput& out : (*e)->Drain()) {
     if (out.finished) stats[out.id] = out.stats;
   }
+  if (engine != nullptr) *engine = std::move(e).value();
+  return stats;
+}
+
+TEST(EngineTest, FetchesWaitForPoolPagesInsteadOfShrinking) {
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  (void)RunOne(Options(store.get()), Turn1());
+  std::unique_ptr<Engine> engine;
+  const std::map<uint64_t, RequestStats> stats = RunThreeOnFourPages(store.get(), &engine);
   ASSERT_EQ(stats.size(), 3u);
   for (const auto& [id, st] : stats) {
     EXPECT_EQ(st.hit_tokens, 512u) << "request " << id;
     EXPECT_GE(st.committed_blocks, 1u) << "request " << id;  // its own third block
     EXPECT_EQ(st.store_errors, 0u) << "request " << id;
   }
-  const EngineCounters c = engine.Counters();
+  const EngineCounters c = engine->Counters();
   EXPECT_EQ(c.pool_pages_used, 0u);
   EXPECT_EQ(c.held_leases, 0u);
   ExpectStoreQuiet(cache);
@@ -320,24 +331,7 @@ TEST(EngineTest, AMatchLetGoWhileWaitingForPagesIsNotCounted) {
   auto store = Attach(cache);
   (void)RunOne(Options(store.get()), Turn1());
   MatchesThenRefusesStore refusing(*store, 2);  // request 1, and request 2 before it waits
-  EngineOptions o = Options(&refusing);
-  o.pool_pages = 4;  // room for one 2-block fetch: requests 2 and 3 wait
-  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
-  ASSERT_TRUE(e.ok());
-  Engine& engine = **e;
-  for (uint64_t id = 1; id <= 3; ++id) {
-    Request r;
-    r.id = id;
-    r.prompt = Turn1();
-    const std::vector<uint32_t> more = Tokens(306, 40 + static_cast<uint32_t>(id));
-    r.prompt.insert(r.prompt.end(), more.begin(), more.end());
-    r.max_new_tokens = 2;
-    ASSERT_TRUE(engine.AddRequest(r).ok());
-  }
-  std::map<uint64_t, RequestStats> stats;
-  for (StepOutput& out : engine.Drain()) {
-    if (out.finished) stats[out.id] = out.stats;
-  }
+  std::map<uint64_t, RequestStats> stats = RunThreeOnFourPages(&refusing);  // 2 and 3 wait
   ASSERT_EQ(stats.size(), 3u);
   EXPECT_EQ(stats[1].hit_tokens, 512u);  // the one fetch that had room
   size_t refused = 0;
