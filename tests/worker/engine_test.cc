@@ -945,6 +945,14 @@ TEST(EngineBatchTest, BadRequestsAreRejected) {
   r.prompt = {1, 2, 3};
   ASSERT_TRUE((*e)->AddRequest(r).ok());
   EXPECT_EQ((*e)->AddRequest(r).code(), StatusCode::kAlreadyExists);
+  // With a store, the weights must be named: the name keeps models apart.
+  auto cache = NewCacheStore();
+  auto store = Attach(cache);
+  EngineOptions unnamed = Options(store.get());
+  unnamed.weights_revision.clear();
+  EXPECT_EQ(Engine::Create(TinyModel(), unnamed).status().code(), StatusCode::kInvalidArgument);
+  unnamed.store = nullptr;
+  EXPECT_TRUE(Engine::Create(TinyModel(), unnamed).ok());
   EngineOptions bad = Options(nullptr);
   bad.keep_tokens = 0;
   EXPECT_FALSE(Engine::Create(TinyModel(), bad).ok());

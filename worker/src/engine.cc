@@ -85,6 +85,12 @@ struct Engine::Sequence {
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
   STRATA_RETURN_IF_ERROR(model.config.Validate());
+  // The revision is what tells models apart in the store: without it two
+  // different models would share (and be served) each other's state.
+  if (options.store != nullptr && options.weights_revision.empty()) {
+    return InvalidArgument(
+        "engine: weights_revision is empty; name the weights (WeightsRevisionOfFile for a file)");
+  }
   const ModelConfig& c = model.config;
   // The model's sources must be the store's V4.1 global-KV layout, group
   // for group, and its rings the V4.1 SWA layout.
