@@ -284,6 +284,12 @@ TEST(AdminTest, ATransferPinOutlivesItsLease) {
   EXPECT_EQ(store.Stats().deleting_entries, 1u);
   EXPECT_FALSE(Overlaps(FreshExtents(t, 71, 32), at, cb.payload_bytes));
   EXPECT_TRUE(store.CheckInvariantsForTesting().ok());
+  // Its key is free meanwhile: a new writer gets a reservation of its own,
+  // not "in flight" for a write nobody will publish.
+  auto again = store.Reserve(t.writer, testing::TestModel(), std::span(&cb, 1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->blocks[0].state, ReserveState::kReserved);
+  EXPECT_TRUE(store.Abort(t.writer, again->write_lease).ok());
   store.ReleaseRangePin(*write_pin);
   EXPECT_EQ(store.Stats().deleting_entries, 0u);
   EXPECT_TRUE(store.CheckInvariantsForTesting().ok());

@@ -621,6 +621,36 @@ TEST_F(CacheStoreTest, DeleteUnderLeaseWaitsForTheLease) {
   EXPECT_EQ(t_.store->Stats().deleting_entries, 0u);
 }
 
+// A deleted entry a lease still holds leaves the index at once: storing its
+// key again stores a new entry (before, the reservation reported the key "in
+// flight" and nothing was stored until the lease ended).
+TEST_F(CacheStoreTest, ARecommitOverADeletedButLeasedEntryStoresIt) {
+  const auto tokens = Tokens(8, 19);
+  ASSERT_TRUE(t_.CommitBlocks(tokens, 0, 2).ok());
+  const uint64_t used = t_.store->Stats().used_bytes;
+  auto m = t_.store->Match(t_.writer, t_.Request(tokens, Seconds(10))).value();
+  ASSERT_TRUE(t_.store->Delete(t_.writer, m.blocks[0].key, StateKind::kGlobalKv).ok());
+  ASSERT_EQ(t_.store->Stats().deleting_entries, 2u);
+
+  auto again = t_.CommitBlocks(tokens, 0, 2);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->published, 2u);
+  EXPECT_EQ(t_.store->Match(t_.writer, t_.Request(tokens))->blocks.size(), 2u);
+  EXPECT_EQ(t_.store->Stats().used_bytes, 2 * used);
+  EXPECT_TRUE(t_.store->CheckInvariantsForTesting().ok());
+
+  // The lease holder still reads its own (old) entries; letting go frees them
+  // and leaves the new ones.
+  std::vector<std::vector<std::byte>> got;
+  FetchOutcome out = FetchAll(m, &got);
+  EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.blocks_ready, 2u);
+  EXPECT_TRUE(t_.store->Abort(t_.writer, m.lease).ok());
+  EXPECT_EQ(t_.store->Stats().deleting_entries, 0u);
+  EXPECT_EQ(t_.store->Stats().used_bytes, used);
+  EXPECT_EQ(t_.store->Match(t_.writer, t_.Request(tokens))->blocks.size(), 2u);
+}
+
 TEST_F(CacheStoreTest, CorruptStoredBytesAreNeverServed) {
   const auto tokens = Tokens(16, 10);
   ASSERT_TRUE(t_.CommitBlocks(tokens, 0, 4).ok());

@@ -132,7 +132,9 @@ struct CacheStore::Impl {
   Entry* ttl_tail[2] = {nullptr, nullptr};
   uint64_t reserved_entries = 0;  // structure_mu
   uint64_t reserved_bytes = 0;    // structure_mu; their extents
-  uint64_t deleting_entries = 0;  // structure_mu
+  // Deleted while pinned: out of the index (the key is free for a new
+  // entry), freed by their last unpin.
+  absl::flat_hash_set<Entry*> deleting;  // structure_mu
   std::atomic<uint64_t> payload_bytes{0};
   std::atomic<uint64_t> evictions[static_cast<size_t>(EvictReason::kCount)] = {};
 
@@ -799,9 +801,25 @@ struct CacheStore::Impl {
     {
       Shard& shard = ShardFor(e->key);
       std::unique_lock lock(shard.mu);
-      shard.map.erase(e->key);
+      UnindexLocked(shard, e);
     }
     ForgetUnindexedLocked(e);
+  }
+
+  // Takes `e` out of the index; a kDeleting entry left it when it turned
+  // so, and its key may name a newer entry now. Caller holds the shard
+  // lock exclusively.
+  static void UnindexLocked(Shard& shard, const Entry* e) {
+    if (e->state.load() != EntryState::kDeleting) shard.map.erase(e->key);
+  }
+
+  // Turns a pinned entry kDeleting: invisible and out of the index at once,
+  // so the key can be stored again while the pins last. Caller holds the
+  // shard lock exclusively.
+  void MarkDeletingLocked(Shard& shard, Entry* e) {
+    shard.map.erase(e->key);
+    e->state.store(EntryState::kDeleting);
+    deleting.insert(e);
   }
 
   // Erases a reserved entry whose write lease ended or whose commit failed.
@@ -813,10 +831,9 @@ struct CacheStore::Impl {
       Shard& shard = ShardFor(e->key);
       std::unique_lock lock(shard.mu);
       if (e->readers.load() != 0) {
-        e->state.store(EntryState::kDeleting);
+        MarkDeletingLocked(shard, e);
         --reserved_entries;
         reserved_bytes -= e->extent.length;
-        ++deleting_entries;
         return;
       }
       shard.map.erase(e->key);
@@ -832,7 +849,7 @@ struct CacheStore::Impl {
       Shard& shard = ShardFor(e->key);
       std::unique_lock lock(shard.mu);
       if (e->leases.load() != 0 || e->readers.load() != 0) return false;
-      shard.map.erase(e->key);
+      UnindexLocked(shard, e);
     }
     ForgetUnindexedLocked(e);
     return true;
@@ -846,7 +863,7 @@ struct CacheStore::Impl {
       --reserved_entries;
       reserved_bytes -= e->extent.length;
     }
-    if (state == EntryState::kDeleting) --deleting_entries;
+    if (state == EntryState::kDeleting) deleting.erase(e);
     policy->OnErase(e);
     TtlUnlink(e);
     TreeUnlink(e);
@@ -871,9 +888,8 @@ struct CacheStore::Impl {
     if (e->leases.load() != 0 || e->readers.load() != 0) {
       // Pinned: invisible from now on, freed by the last Unpin.
       if (e->state.load() == EntryState::kCommitted) {
-        e->state.store(EntryState::kDeleting);
+        MarkDeletingLocked(shard, e);
         CountEntry(e, -1);
-        ++deleting_entries;
       }
       return;
     }
@@ -2379,7 +2395,7 @@ StoreStats CacheStore::Stats() const {
   {
     std::lock_guard lock(s.structure_mu);
     st.reserved_entries = s.reserved_entries;
-    st.deleting_entries = s.deleting_entries;
+    st.deleting_entries = s.deleting.size();
   }
   st.read_leases = s.leases.live(/*write=*/false);
   st.write_leases = s.leases.live(/*write=*/true);
@@ -2423,7 +2439,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
   if (s.scan_starts.empty() && !s.demoted.empty()) {
     return Internal("entries that left DRAM are still logged with no SSD scan running");
   }
-  uint64_t extents = 0, extent_bytes = 0, payload = 0, reserved = 0, deleting = 0;
+  uint64_t extents = 0, extent_bytes = 0, payload = 0, reserved = 0;
   uint64_t reserved_bytes = 0;
   uint64_t committed[2] = {0, 0};
   std::unordered_map<uint32_t, int64_t> lease_pinned;  // by namespace
@@ -2443,14 +2459,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
           if (e->in_policy || e->in_ttl) return Internal("reserved entry is evictable");
           break;
         case EntryState::kDeleting:
-          ++deleting;
-          if (e->in_policy || e->parent || e->first_child) {
-            return Internal("deleting entry still linked");
-          }
-          if (e->leases.load() == 0 && e->readers.load() == 0) {
-            return Internal("deleting entry with no pins was not reclaimed");
-          }
-          break;
+          return Internal("deleting entry still indexed");
         case EntryState::kCommitted:
           ++committed[static_cast<int>(k.kind) - 1];
           if (!e->in_policy || !e->in_ttl) return Internal("committed entry not tracked");
@@ -2465,6 +2474,20 @@ Status CacheStore::CheckInvariantsForTesting() const {
       }
     }
   }
+  for (const Entry* e : s.deleting) {
+    if (e->state.load() != EntryState::kDeleting)
+      return Internal("deleting set holds a live entry");
+    if (e->in_policy || e->in_ttl || e->parent || e->first_child) {
+      return Internal("deleting entry still linked");
+    }
+    if (e->leases.load() == 0 && e->readers.load() == 0) {
+      return Internal("deleting entry with no pins was not reclaimed");
+    }
+    if (e->leases.load() != 0) lease_pinned[e->key.ns] += static_cast<int64_t>(e->extent.length);
+    ++extents;
+    extent_bytes += e->extent.length;
+    payload += e->payload_bytes;
+  }
   if (extents != s.pool.live()) return Internal("pool and index disagree on entry count");
   if (extent_bytes != s.arena->used_bytes()) {
     return Internal("arena occupancy " + std::to_string(s.arena->used_bytes()) +
@@ -2473,8 +2496,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
   if (extents != s.arena->allocated_extents()) return Internal("arena extent count differs");
   if (!s.arena->CheckConsistency()) return Internal("arena allocator inconsistent");
   if (payload != s.payload_bytes.load()) return Internal("payload byte count drifted");
-  if (reserved != s.reserved_entries || deleting != s.deleting_entries ||
-      reserved_bytes != s.reserved_bytes) {
+  if (reserved != s.reserved_entries || reserved_bytes != s.reserved_bytes) {
     return Internal("reserved/deleting counts drifted");
   }
   if (static_cast<int64_t>(committed[0]) != s.m.entries_global->Value() ||
