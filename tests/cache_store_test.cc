@@ -232,21 +232,27 @@ TEST_F(CacheStoreTest, WriteLeasesRenewToTheWriteDefaultAndOnlyWritersDropThem) 
 }
 
 TEST(LeaseLimitTest, ANamespaceLeasesAtMostItsLimitOfEntries) {
-  testing::TestStore t(1 << 20, 0.95, 0.85, "lru", /*max_leased_entries=*/8);
+  testing::TestStore t(1 << 20, 0.95, 0.85, "lru", /*max_leased_entries=*/6);
   const Principal other{"tenant-b", Role::kWrite};
-  const auto tokens = Tokens(16, 21);  // 4 tiny blocks
-  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4).ok());
+  const auto tokens = Tokens(32, 21);  // 8 tiny blocks, more than the limit...
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4).ok());  // ...of which 4 are stored
   ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4, other).ok());
-  // A leased match may hold every block and an SWA state: 5 of the 8.
+  // The limit counts what a lease would hold, not the prompt's blocks.
   auto first = t.store->Match(t.writer, t.Request(tokens, Seconds(10)));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ(first->blocks.size(), 4u);
+  // With 2 of the 6 left, the next leased match stops its hit run there...
   auto second = t.store->Match(t.writer, t.Request(tokens, Seconds(10)));
-  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->blocks.size(), 2u);
+  EXPECT_NE(second->lease, 0u);
+  // ...and with none left one is refused.
+  EXPECT_EQ(t.store->Match(t.writer, t.Request(tokens, Seconds(10))).status().code(),
+            StatusCode::kResourceExhausted);
   // A match without a lease, and another namespace, are not limited by it.
   EXPECT_EQ(t.store->Match(t.writer, t.Request(tokens))->blocks.size(), 4u);
   EXPECT_TRUE(t.store->Match(other, t.Request(tokens, Seconds(10))).ok());
-  // Reservations count too: 4 leased + 5 would pass 8.
+  // Reservations count too.
   const auto fresh = Tokens(20, 22);
   const auto keys = t.Keys(fresh, t.writer);
   std::vector<CommitBlock> blocks;
@@ -257,8 +263,9 @@ TEST(LeaseLimitTest, ANamespaceLeasesAtMostItsLimitOfEntries) {
   }
   EXPECT_EQ(t.store->Reserve(t.writer, TestModel(), blocks).status().code(),
             StatusCode::kResourceExhausted);
-  // Ending the lease makes room again.
+  // Ending the leases makes room again.
   ASSERT_TRUE(t.store->Abort(t.writer, first->lease).ok());
+  ASSERT_TRUE(t.store->Abort(t.writer, second->lease).ok());
   EXPECT_TRUE(t.store->Reserve(t.writer, TestModel(), blocks).ok());
 }
 

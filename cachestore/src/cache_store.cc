@@ -713,15 +713,15 @@ struct CacheStore::Impl {
     return bytes;
   }
 
-  // RESOURCE_EXHAUSTED if a match leasing `entries` entries could not be
-  // granted its lease (PastLeaseLimits).
-  Status CheckLeaseRoom(const std::string& ns, uint64_t entries) const {
+  // How many more entries namespace `ns` may lease now: a leased match
+  // stops its hit run there (a shorter prefix, not a refusal). Advisory;
+  // LeaseTable::Grant makes the exact check. RESOURCE_EXHAUSTED if not one.
+  Result<uint64_t> LeaseRoom(const std::string& ns) const {
     const std::optional<uint32_t> id = FindNamespace(ns);
-    if (!id.has_value()) return Status::Ok();
-    if (std::string why = PastLeaseLimits(*id, entries, 0); !why.empty()) {
-      return LeaseRefused(ns, why);
-    }
-    return Status::Ok();
+    if (!id.has_value()) return opts.max_leased_entries_per_namespace;
+    if (std::string why = PastLeaseLimits(*id, 1, 0); !why.empty()) return LeaseRefused(ns, why);
+    const LeaseHolding h = HoldingOf(*id);
+    return h.leased_entries_limit - h.leased_entries;
   }
 
   // A lease refused for namespace `ns`'s limits, and what to do about it.
@@ -1269,9 +1269,13 @@ class CacheStore::PrefixLookup {
   // fails to promote leaves a hole instead of ending the prefix.
   void BatchPromotions() { batch_ = promote_; }
 
+  // Leases at most `room` entries (Impl::LeaseRoom): the hit run ends there.
+  void LimitLeasedEntries(uint64_t room) { lease_room_ = room; }
+
   // Looks up the next block; false (stop) on a miss.
   bool Visit(const ChainKey& key) {
     if (!ns_.has_value() || stopped_) return false;  // a namespace that never stored anything
+    if (lease_ && hits_.size() + deferred_.size() >= lease_room_) return false;
     const EntryKey k{*ns_, StateKind::kGlobalKv, key};
     // A DRAM block after a run of SSD-only ones: promote the run first, so
     // pins and the prefix stay in order.
@@ -1340,6 +1344,7 @@ class CacheStore::PrefixLookup {
   // The deepest SWA state at or below the hit run.
   void FindSwa() {
     Flush();
+    if (lease_ && hits_.size() >= lease_room_) return;
     const uint32_t hit = static_cast<uint32_t>(result_.blocks.size());
     const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
     for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
@@ -1475,6 +1480,7 @@ class CacheStore::PrefixLookup {
   };
   std::vector<Deferred> deferred_;
   std::optional<ChainKey> previous_hit_;  // the last visited key, if it hit
+  uint64_t lease_room_ = UINT64_MAX;  // see LimitLeasedEntries
   const Nanos lease_ttl_;
   const Nanos start_;
   std::vector<EntryRef> hits_;
@@ -1492,9 +1498,13 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
   STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, blocks));
   const ChainRoot root{caller.ns, req.model_id, req.extra};
   STRATA_RETURN_IF_ERROR(ValidateChainInputs(root, req.mm));
-  if (req.take_lease) STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, blocks + 1));
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens, static_cast<uint32_t>(blocks),
                       req.take_lease, req.lease_ttl);
+  if (req.take_lease) {
+    Result<uint64_t> room = impl_->LeaseRoom(caller.ns);
+    if (!room.ok()) return room.status();
+    lookup.LimitLeasedEntries(*room);
+  }
   // Hash block by block and stop at the first miss: the rest of the prompt
   // cannot hit and need not be hashed.
   auto keys = ChainKeys::ForPrompt(root, req.tokens, req.block_tokens, req.mm,
@@ -1510,12 +1520,14 @@ Result<MatchResult> CacheStore::Match(const Principal& caller, const MatchReques
 Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKeysRequest& req) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kRead));
   STRATA_RETURN_IF_ERROR(CheckMatchOptions(req.block_tokens, req.lease_ttl, req.keys.size()));
-  if (req.take_lease) {
-    STRATA_RETURN_IF_ERROR(impl_->CheckLeaseRoom(caller.ns, req.keys.size() + 1));  // + SWA
-  }
   PrefixLookup lookup(*impl_, caller, req.model_id, req.block_tokens,
                       static_cast<uint32_t>(req.keys.size()), req.take_lease, req.lease_ttl,
                       req.promote_ssd);
+  if (req.take_lease) {
+    Result<uint64_t> room = impl_->LeaseRoom(caller.ns);
+    if (!room.ok()) return room.status();
+    lookup.LimitLeasedEntries(*room);
+  }
   if (!req.independent_keys) lookup.BatchPromotions();
   for (const ChainKey& key : req.keys) {
     if (!lookup.Visit(key) && !req.independent_keys) break;
