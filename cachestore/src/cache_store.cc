@@ -1386,15 +1386,18 @@ class CacheStore::PrefixLookup {
       rec.expiry = start_ + lease_ttl_;
       rec.entries = hits_;
       // This match's pins are counted already, so leases granted at once
-      // see each other's and cannot pass the share together.
+      // see each other's and cannot pass the share together. Counted live
+      // before the grant: once granted it may end (and be counted out) at
+      // once.
+      s_.m.leases_live_read->Add(1);
       Result<LeaseId> lease = s_.leases.Grant(rec, s_.LeaseLimitsFor(*ns_));
       if (!lease.ok()) {
+        s_.m.leases_live_read->Add(-1);
         Abandon();
         return Impl::LeaseRefused(ns_name_, lease.status().message());
       }
       result_.lease = *lease;
       result_.lease_expiry = start_ + lease_ttl_;
-      s_.m.leases_live_read->Add(1);
     }
     // SSD-only hits, root last too (the SSD tier breaks ties by touch order).
     for (size_t i = ssd_hits_.size(); i-- > 0;) s_.ssd->Touch(ssd_hits_[i]);
@@ -1890,14 +1893,15 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       // pinned more meanwhile (or deleting an expired block took later
       // blocks of the batch with it, which the check counted as present).
       const Nanos expiry = rec.expiry;
+      s.m.leases_live_write->Add(1);  // before: it may end as soon as granted
       Result<LeaseId> lease = s.leases.Grant(rec, s.LeaseLimitsFor(ns));
       if (!lease.ok()) {
+        s.m.leases_live_write->Add(-1);
         undo();  // no lease: nothing can have pinned them
         return Impl::LeaseRefused(caller.ns, lease.status().message());
       }
       out.expiry = expiry;
       out.write_lease = *lease;
-      s.m.leases_live_write->Add(1);
     }
     s.m.used_bytes->Set(static_cast<int64_t>(s.arena->used_bytes()));
     s.EvictToWatermarkLocked(now, need.keep);
