@@ -234,7 +234,7 @@ TEST_F(CacheStoreTest, WriteLeasesRenewToTheWriteDefaultAndOnlyWritersDropThem) 
 TEST(LeaseLimitTest, ANamespaceLeasesAtMostItsLimitOfEntries) {
   testing::TestStore t(1 << 20, 0.95, 0.85, "lru", /*max_leased_entries=*/6);
   const Principal other{"tenant-b", Role::kWrite};
-  const auto tokens = Tokens(32, 21);  // 8 tiny blocks, more than the limit...
+  const auto tokens = Tokens(32, 21);              // 8 tiny blocks, more than the limit...
   ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4).ok());  // ...of which 4 are stored
   ASSERT_TRUE(t.CommitBlocks(tokens, 0, 4, other).ok());
   // The limit counts what a lease would hold, not the prompt's blocks.

@@ -311,6 +311,46 @@ TEST_F(SsdStoreTest, WriteBackVerifiesAndDropsBytesThatWentBadInDram) {
   EXPECT_FALSE(tier->Lookup({who_.ns, TestModel(), keys[2], StateKind::kGlobalKv}).has_value());
 }
 
+// Bytes that go bad after the write-back verified them (here, before the
+// SSD write) make an SSD copy that fails its first read: the copy vouches
+// for what was verified, never for what was written.
+TEST_F(SsdStoreTest, BytesThatGoBadAfterTheWriteBackVerifiedThemFailTheCopysRead) {
+  std::span<std::byte> victim;  // set before the write-back runs
+  std::atomic<bool> flipped{false};
+  CacheStoreOptions o = Options();
+  o.ssd->before_data_write_hook = [&] {
+    if (!victim.empty() && !flipped.exchange(true)) victim[victim.size() - 5] ^= std::byte{0x40};
+  };
+  std::promise<void> committed;
+  std::shared_future<void> go = committed.get_future().share();
+  Open(o);
+  store_->SetBeforeWriteBackHookForTesting([go] { go.wait(); });
+  struct Release {  // the write-back thread must never wait forever
+    std::promise<void>& p;
+    bool done = false;
+    void Now() {
+      if (!std::exchange(done, true)) p.set_value();
+    }
+    ~Release() { Now(); }
+  } release{committed};
+  const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 9);
+  Commit(tokens);
+  const std::vector<ChainKey> keys = Keys(tokens);
+  victim = store_->MutablePayloadForTesting(who_, keys[2], StateKind::kGlobalKv);
+  ASSERT_FALSE(victim.empty());
+  release.Now();
+  store_->FlushWriteBack();
+  ASSERT_TRUE(flipped.load());
+  store_.reset();
+  auto tier = SsdTier::Open(*Options().ssd).value();
+  const SsdKey bad{who_.ns, TestModel(), keys[2], StateKind::kGlobalKv};
+  ASSERT_TRUE(tier->Lookup(bad).has_value());
+  std::vector<std::byte> out(TinyGlobalLayout().PayloadBytes());
+  EXPECT_EQ(tier->Read({bad, out}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->Stats().checksum_failures, 1u);
+  EXPECT_TRUE(tier->Read({{who_.ns, TestModel(), keys[1], StateKind::kGlobalKv}, out}).ok());
+}
+
 // A cold leased match reads a run of SSD-only blocks as one batch and
 // publishes them in order; the first block that fails ends the prefix, and
 // the blocks after it are not leased.

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "ssd/uring_io.h"
+#include "strata/layout.h"
 #include "test_util.h"
 
 namespace strata {
@@ -367,6 +368,36 @@ TEST(SsdTierTest, FlippedBitIsDetectedDroppedAndCounted) {
   tier = SsdTier::Open(Options(dir.path())).value();  // dropped for good
   EXPECT_FALSE(tier->Contains(Key(1)));
   EXPECT_EQ(tier->Stats().used_bytes, SsdIoBytes(payload.size()));
+}
+
+// The data checksum is taken before any I/O: bytes that change after it
+// (here, before the write) fail their first read instead of becoming a copy
+// that vouches for them. A caller's own checksum is the one kept.
+TEST(SsdTierTest, BytesChangedBeforeTheirWriteFailTheirFirstRead) {
+  TempDir dir;
+  std::vector<std::byte> payload = RandomBytes(10000, 2);
+  const std::vector<std::byte> original = payload;
+  SsdTierOptions o = Options(dir.path());
+  bool change = true;
+  o.before_data_write_hook = [&] {
+    if (change) payload[1234] ^= std::byte{0x10};
+  };
+  auto tier = SsdTier::Open(o).value();
+  ASSERT_TRUE(tier->Write({Key(1), payload, 5, 1}).ok());
+  std::vector<std::byte> out(payload.size());
+  EXPECT_EQ(tier->Read({Key(1), out}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->Stats().checksum_failures, 1u);
+
+  SsdWrite w{Key(2), payload, 5, 1};
+  w.data_checksum = Checksum64(payload);  // the caller checked these bytes
+  change = false;
+  payload[99] ^= std::byte{0x01};  // and they changed before the tier saw them
+  ASSERT_TRUE(tier->Write(w).ok());
+  EXPECT_EQ(tier->Read({Key(2), out}).code(), StatusCode::kNotFound);
+  payload = original;
+  ASSERT_TRUE(tier->Write({Key(3), payload, 5, 1}).ok());
+  EXPECT_TRUE(tier->Read({Key(3), out}).ok());
+  EXPECT_EQ(out, payload);
 }
 
 // Runs in a child process: one batch completes, the next is killed

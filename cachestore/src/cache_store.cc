@@ -276,12 +276,16 @@ struct CacheStore::Impl {
       }
     }
     const Nanos to_tier = ssd->Now() - clock->Now();
+    // The copy's checksum is taken before the verification: bytes that
+    // change after it fail the copy's first read, never pass it.
     std::vector<EntryRef> corrupt;
+    std::vector<uint64_t> sums;
     for (size_t i = 0; i < pinned.size();) {
       const Entry* e = pinned[i].entry;
-      if (VerifyPayload(*FindLayout(e->layout_id), arena->Bytes(e->extent, e->payload_bytes),
-                        e->checksum)
-              .ok()) {
+      const std::span<const std::byte> bytes = arena->Bytes(e->extent, e->payload_bytes);
+      const uint64_t sum = Checksum64(bytes);
+      if (VerifyPayload(*FindLayout(e->layout_id), bytes, e->checksum).ok()) {
+        sums.push_back(sum);
         ++i;
         continue;
       }
@@ -290,8 +294,8 @@ struct CacheStore::Impl {
     }
     DropCorrupt(corrupt);
     for (const EntryRef& ref : corrupt) Unpin(ref, /*lease=*/false);
-    for (const EntryRef& ref : pinned) {
-      const Entry* e = ref.entry;
+    for (size_t i = 0; i < pinned.size(); ++i) {
+      const Entry* e = pinned[i].entry;
       SsdWrite w;
       w.key = {NamespaceName(e->key.ns), e->model_id, e->key.chain, e->key.kind};
       w.payload = arena->Bytes(e->extent, e->payload_bytes);
@@ -299,6 +303,7 @@ struct CacheStore::Impl {
       w.entry_checksum = e->checksum;
       w.layout_id = e->layout_id;
       w.commit_time = e->commit_time + to_tier;  // a copy, not a new entry
+      w.data_checksum = sums[i];
       writes.push_back(std::move(w));
     }
     if (!writes.empty()) (void)ssd->WriteBatch(writes);  // failures are counted by the tier
@@ -1483,7 +1488,7 @@ class CacheStore::PrefixLookup {
   };
   std::vector<Deferred> deferred_;
   std::optional<ChainKey> previous_hit_;  // the last visited key, if it hit
-  uint64_t lease_room_ = UINT64_MAX;  // see LimitLeasedEntries
+  uint64_t lease_room_ = UINT64_MAX;      // see LimitLeasedEntries
   const Nanos lease_ttl_;
   const Nanos start_;
   std::vector<EntryRef> hits_;

@@ -145,6 +145,10 @@ struct SsdWrite {
   // When the entry was committed (tier clock), which a copy keeps; 0: the
   // time of this write.
   Nanos commit_time = 0;
+  // Checksum64 of payload, taken by a caller before it checked the bytes
+  // (the copy then vouches for what was checked); absent, the tier takes
+  // it before any I/O. Reads verify it.
+  std::optional<uint64_t> data_checksum = std::nullopt;
 };
 
 struct SsdRead {

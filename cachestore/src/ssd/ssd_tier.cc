@@ -1065,20 +1065,24 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     }
     return out;
   }
+  // Checksummed before the I/O: bytes that change under it fail their
+  // first read rather than become a copy that vouches for them.
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (!todo[i]) continue;
+    metas[i].data_checksum = writes[i].data_checksum.has_value() ? *writes[i].data_checksum
+                                                                 : Checksum64(writes[i].payload);
+  }
   if (s.opts.before_data_write_hook) s.opts.before_data_write_hook();
   std::vector<IoOp> ops;
   std::vector<std::pair<size_t, uint64_t>> owner;  // op -> (write, offset in payload)
   std::vector<bool> touched(s.fds.size(), false);
-  std::vector<uint32_t> ops_left(writes.size(), 0);
   for (size_t i = 0; i < writes.size(); ++i) {
     if (!todo[i]) continue;
     const bool direct =
         IsAligned(writes[i].payload.data()) && writes[i].readable_bytes >= metas[i].extent_bytes;
     // The ring only reads from a direct source, never writes to it.
     auto* src = const_cast<std::byte*>(writes[i].payload.data());
-    const size_t before = ops.size();
     s.PlanOps(/*write=*/true, metas[i], direct ? src : nullptr, &ops, &owner, i);
-    ops_left[i] = static_cast<uint32_t>(ops.size() - before);
     touched[metas[i].file] = true;
   }
   UringRing* ring = s.AcquireRing();
@@ -1091,13 +1095,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
         std::memcpy(buf.data(), src.data() + off, n);
         std::memset(buf.data() + n, 0, buf.size() - n);  // no stale bytes on disk
       },
-      [](size_t, std::span<std::byte>) {},
-      [&](size_t op) {
-        // The checksum goes in the index only, after the I/O: computing it
-        // here overlaps it with the writes still in flight.
-        const size_t i = owner[op].first;
-        if (--ops_left[i] == 0) metas[i].data_checksum = Checksum64(writes[i].payload);
-      });
+      [](size_t, std::span<std::byte>) {}, [](size_t) {});
   s.ReleaseRing(ring);
   // Written or failed: the free space shows what the batch consumed now.
   reservation.Release();
