@@ -640,6 +640,9 @@ TEST_F(SsdStoreTest, AdminCallsReachSsdOnlyEntries) {
   EXPECT_EQ(Match(a).blocks.size(), 3u);
   // Another namespace sees none of them.
   EXPECT_EQ(store_->Evict({"tenant-b", Role::kAdmin}, filter)->evicted, 0u);
+  // Looking at a namespace with nothing stored leaves no trace of it.
+  const std::vector<std::string> names = store_->Namespaces();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "tenant-b"), 0);
 
   // By key: the block goes, so the prompt now hits up to it.
   EvictRequest one;

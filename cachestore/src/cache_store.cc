@@ -746,6 +746,17 @@ struct CacheStore::Impl {
     return it->second;
   }
 
+  // The id an admin listing or eviction looks for in DRAM; none if there is
+  // nothing to look at. With an SSD tier a namespace this process never
+  // interned may still have copies: an id no DRAM entry has stands for it
+  // (interning would keep a mistyped name in Namespaces() until restart).
+  std::optional<uint32_t> NamespaceForAdmin(const std::string& ns) const {
+    const std::optional<uint32_t> id = FindNamespace(ns);
+    if (id.has_value() || ssd == nullptr) return id;
+    return kUnseenNamespace;
+  }
+  static constexpr uint32_t kUnseenNamespace = UINT32_MAX;
+
   Nanos TtlFor(StateKind kind) const {
     return kind == StateKind::kGlobalKv ? opts.global_kv_ttl : opts.swa_ttl;
   }
@@ -2569,9 +2580,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   }
   Impl& s = *impl_;
   EntryPage page;
-  const std::optional<uint32_t> ns = s.ssd != nullptr
-                                         ? std::optional<uint32_t>(s.InternNamespace(caller.ns))
-                                         : s.FindNamespace(caller.ns);
+  const std::optional<uint32_t> ns = s.NamespaceForAdmin(caller.ns);
   if (!ns.has_value()) return page;
   const Nanos now = s.clock->Now();
   // SSD-only entries join the page in the same (key, kind) order;
@@ -2641,9 +2650,7 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   Impl& s = *impl_;
   EvictReport report;
-  const std::optional<uint32_t> ns = s.ssd != nullptr
-                                         ? std::optional<uint32_t>(s.InternNamespace(caller.ns))
-                                         : s.FindNamespace(caller.ns);
+  const std::optional<uint32_t> ns = s.NamespaceForAdmin(caller.ns);
   if (!ns.has_value()) {
     if (req.root.has_value()) return NotFound("no entry " + req.root->key.ToHex());
     return report;
