@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <mutex>
 
 #include "node_process.h"
 #include "strata/client.h"
@@ -756,6 +758,37 @@ TEST(NodeFaultTest, NodeKilledMidFetchRecomputesWithTheSameOutput) {
   std::filesystem::remove_all(dir);
 }
 
+// Holds every fetch until let go (or for 30 s, so that an engine that
+// waits for one cannot hang the test).
+class StallingStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  FetchFuture Fetch(const FetchRequest& r) override {
+    {
+      std::unique_lock lock(mu_);
+      ++stalled_;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(30), [&] { return let_go_; });
+    }
+    return inner_.Fetch(r);
+  }
+  bool WaitStalled() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return stalled_ > 0; });
+  }
+  void LetGo() {
+    std::lock_guard lock(mu_);
+    let_go_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint32_t stalled_ = 0;
+  bool let_go_ = false;
+};
+
 class AbortTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -776,6 +809,7 @@ class AbortTest : public ::testing::Test {
     ASSERT_TRUE(engine_->AddRequest(std::move(r)).ok());
   }
   void ExpectEverythingReturned() {
+    engine_->WaitForAbandonedFetches();
     const EngineCounters c = engine_->Counters();
     EXPECT_EQ(c.pool_pages_used, 0u);
     EXPECT_EQ(c.pool_refs, 0u);
@@ -798,6 +832,7 @@ class AbortTest : public ::testing::Test {
   MetricsRegistry metrics_;
   std::shared_ptr<CacheStore> cache_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<StallingStore> stalling_;  // for the engine, if a test makes one on it
   std::unique_ptr<Engine> engine_;
 };
 
@@ -825,6 +860,34 @@ TEST_F(AbortTest, WhileFetching) {
   EXPECT_EQ(Counted("strata_worker_requests_total", {{"outcome", "aborted"}}), 2u);
   EXPECT_EQ(Counted("strata_worker_hit_tokens_total"), 0u);
   EXPECT_EQ(Counted("strata_worker_swa_states_total", {{"result", "missing"}}), 0u);
+}
+
+// Aborting a request whose fetch stalls returns at once and the others run
+// on; the transfer keeps its pages and lease until it ends.
+TEST_F(AbortTest, AStalledFetchHoldsUpNeitherItsAbortNorOtherRequests) {
+  stalling_ = std::make_unique<StallingStore>(*store_);
+  EngineOptions o = Options(stalling_.get());
+  o.metrics = &metrics_;
+  Result<std::unique_ptr<Engine>> e = Engine::Create(TinyModel(), o);
+  ASSERT_TRUE(e.ok());
+  engine_ = std::move(e).value();
+  Add(1, Tokens(700, 17));  // a cold prompt: nothing to fetch
+  (void)engine_->Step();    // request 1 is prefilling: other work for the next step
+  Add(2, Turn2());
+  (void)engine_->Step();  // request 2 admitted: match leased, fetch started
+  ASSERT_TRUE(stalling_->WaitStalled());
+  ASSERT_TRUE(engine_->AbortRequest(2).ok());
+  EngineCounters c = engine_->Counters();
+  EXPECT_EQ(c.running + c.queued, 1u);
+  EXPECT_EQ(c.live_fetches, 1u);  // still running...
+  EXPECT_EQ(c.held_leases, 1u);   // ...under its lease, into its pages
+  const std::vector<StepOutput> out = engine_->Drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.back().finished);
+  EXPECT_EQ(out.back().id, 1u);
+  EXPECT_EQ(engine_->Counters().live_fetches, 1u);
+  stalling_->LetGo();
+  ExpectEverythingReturned();
 }
 
 TEST_F(AbortTest, WhilePrefilling) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "engine_metrics.h"
 #include "kv_transfer.h"
@@ -81,6 +82,16 @@ struct Engine::Sequence {
   uint32_t lineage_blocks = 0;
   bool done = false;            // finished; removed at the end of the step
   uint32_t deferred_pages = 0;  // queued: its fetch needs this many pages free
+};
+
+// A transfer its request no longer follows, with what it still holds: the
+// job, its own page references, the SWA buffer it writes into and the
+// match's lease.
+struct Engine::AbandonedFetch {
+  std::unique_ptr<FetchJob> job;
+  std::vector<uint32_t> pages;
+  std::vector<std::byte> swa_buffer;
+  LeaseId lease = 0;
 };
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
@@ -166,6 +177,7 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
 
 Engine::~Engine() {
   for (auto& [id, seq] : seqs_) Release(*seq);
+  for (const std::unique_ptr<AbandonedFetch>& fetch : abandoned_) EndFetch(*fetch);
 }
 
 Status Engine::AddRequest(Request request) {
@@ -307,7 +319,6 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
     seq.stats.swa_rejected = true;
   }
   FetchRequest fr;
-  fr.match = &seq.match;
   fr.block_buffers = std::move(buffers);
   if (seq.fetch_swa) {
     seq.swa_buffer.assign(swa_layout_.PayloadBytes(), std::byte{0});
@@ -317,7 +328,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   for (uint32_t p : seq.fetch_pages) pool_.Ref(p);
   seq.group_loaded.assign(c.sources.size(), false);
   seq.swa_loaded = false;
-  seq.fetch = std::make_unique<FetchJob>(*options_.store, std::move(fr),
+  seq.fetch = std::make_unique<FetchJob>(*options_.store, seq.match, std::move(fr),
                                          static_cast<uint32_t>(c.sources.size()));
 
   const int64_t boundary = int64_t{usable} * bt;
@@ -397,16 +408,18 @@ bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
 
 void Engine::ReleaseFetch(Sequence& seq) {
   if (seq.fetch) {
-    // Every fetch ends here, finished or given up: one that timed out or
-    // lost the node backs the store off like a failed match or commit. Not
-    // while backing off already: fetches started together and failing
-    // together are one failure, and a late success is no probe.
-    const FetchOutcome out = seq.fetch->Finish();
-    if (store_health_->Usable() && (out.status.ok() || StoreHealth::Unreachable(out.status))) {
-      store_health_->Record(out.status, StoreHealth::Path::kData);
+    // A transfer still running keeps what it holds until it ends: a request
+    // that lets go of it (an abort, a restart) never waits for a stalled one.
+    auto fetch = std::make_unique<AbandonedFetch>();
+    fetch->job = std::move(seq.fetch);
+    fetch->pages = seq.fetch_pages;
+    fetch->swa_buffer = std::move(seq.swa_buffer);
+    fetch->lease = std::exchange(seq.match.lease, 0);
+    if (fetch->job->Done()) {
+      EndFetch(*fetch);
+    } else {
+      abandoned_.push_back(std::move(fetch));
     }
-    seq.fetch.reset();
-    for (uint32_t p : seq.fetch_pages) pool_.Unref(p);  // the transfer's references
   }
   for (uint32_t p : seq.fetch_pages) pool_.Unref(p);
   seq.fetch_pages.clear();
@@ -417,6 +430,36 @@ void Engine::ReleaseFetch(Sequence& seq) {
     seq.match.lease = 0;
   }
 }
+
+void Engine::EndFetch(AbandonedFetch& fetch) {
+  // Every fetch ends here, finished or given up: one that timed out or
+  // lost the node backs the store off like a failed match or commit. Not
+  // while backing off already: fetches started together and failing
+  // together are one failure, and a late success is no probe.
+  const FetchOutcome out = fetch.job->Finish();
+  if (store_health_->Usable() && (out.status.ok() || StoreHealth::Unreachable(out.status))) {
+    store_health_->Record(out.status, StoreHealth::Path::kData);
+  }
+  fetch.job.reset();
+  for (uint32_t p : fetch.pages) pool_.Unref(p);  // the transfer's references
+  fetch.pages.clear();
+  if (fetch.lease != 0 && options_.store != nullptr) {
+    options_.store->Release(fetch.lease);  // no round trip; expiry covers a failure
+    fetch.lease = 0;
+  }
+}
+
+void Engine::ReapAbandonedFetches(bool wait) {
+  const size_t before = abandoned_.size();
+  std::erase_if(abandoned_, [&](const std::unique_ptr<AbandonedFetch>& fetch) {
+    if (!wait && !fetch->job->Done()) return false;
+    EndFetch(*fetch);
+    return true;
+  });
+  if (metrics_ && abandoned_.size() != before) metrics_->SetLoad(Counters());
+}
+
+void Engine::WaitForAbandonedFetches() { ReapAbandonedFetches(/*wait=*/true); }
 
 void Engine::Restart(Sequence& seq, const std::string& /*why*/) {
   ++seq.stats.store_errors;
@@ -558,6 +601,7 @@ void Engine::AfterChunk(Sequence& seq, int64_t end) {
 }
 
 std::vector<StepOutput> Engine::Step() {
+  ReapAbandonedFetches(/*wait=*/false);
   std::vector<StepOutput> outputs;
   // Admission in arrival order, up to max_running requests at once. A
   // request admitted now starts its fetch and joins the next step, its
@@ -782,6 +826,10 @@ EngineCounters Engine::Counters() const {
     c.held_leases += seq->match.lease != 0;
     c.running += seq->phase != Phase::kQueued;
     c.queued += seq->phase == Phase::kQueued;
+  }
+  for (const std::unique_ptr<AbandonedFetch>& fetch : abandoned_) {
+    ++c.live_fetches;
+    c.held_leases += fetch->lease != 0;
   }
   return c;
 }

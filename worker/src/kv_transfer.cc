@@ -2,8 +2,9 @@
 
 namespace strata::worker {
 
-FetchJob::FetchJob(Store& store, FetchRequest request, uint32_t groups)
-    : request_(std::move(request)), group_done_(groups) {
+FetchJob::FetchJob(Store& store, MatchResult match, FetchRequest request, uint32_t groups)
+    : match_(std::move(match)), request_(std::move(request)), group_done_(groups) {
+  request_.match = &match_;
   request_.on_event = [this](const FetchEvent& e) { OnEvent(e); };
   thread_ = std::thread([this, &store] {
     FetchOutcome outcome = store.Fetch(request_).Wait();
@@ -49,6 +50,11 @@ FetchOutcome FetchJob::Finish() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mu_);
   return outcome_;
+}
+
+bool FetchJob::Done() {
+  std::lock_guard lock(mu_);
+  return finished_;
 }
 
 std::optional<double> FetchJob::FirstGroupSeconds() {

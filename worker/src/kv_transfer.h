@@ -17,9 +17,10 @@ namespace strata::worker {
 
 class FetchJob {
  public:
-  // `request.match` and its buffers must outlive the job; the job installs
-  // its own on_event.
-  FetchJob(Store& store, FetchRequest request, uint32_t groups);
+  // Fetches `match` (the job keeps its own copy; `request.match` is
+  // ignored). The buffers must outlive the job; it installs its own
+  // on_event.
+  FetchJob(Store& store, MatchResult match, FetchRequest request, uint32_t groups);
   ~FetchJob();  // joins
   FetchJob(const FetchJob&) = delete;
   FetchJob& operator=(const FetchJob&) = delete;
@@ -29,6 +30,7 @@ class FetchJob {
   uint32_t WaitGroup(uint32_t g);
   bool WaitSwa();
   FetchOutcome Finish();  // waits for the transfer and joins
+  bool Done();            // the transfer has ended: Finish would not wait
 
   // Seconds from the start to the first layer group done everywhere, and
   // to the end of the transfer (after Finish); nullopt if it never came.
@@ -43,6 +45,7 @@ class FetchJob {
 
   void OnEvent(const FetchEvent& e);
 
+  const MatchResult match_;
   FetchRequest request_;
   std::mutex mu_;
   std::condition_variable cv_;

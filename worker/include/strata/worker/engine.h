@@ -107,8 +107,8 @@ struct StepOutput {
 struct EngineCounters {
   uint32_t pool_pages_used = 0;
   uint64_t pool_refs = 0;
-  uint32_t live_fetches = 0;
-  uint32_t held_leases = 0;
+  uint32_t live_fetches = 0;  // abandoned ones included
+  uint32_t held_leases = 0;   // those of abandoned fetches included
   uint32_t running = 0;
   uint32_t queued = 0;
   // Prefill and replay tokens the last Step ran (at most max_batch_tokens).
@@ -133,6 +133,10 @@ class Engine {
   Status AbortRequest(uint64_t id);
   // Steps until every request has finished; returns all outputs in order.
   std::vector<StepOutput> Drain();
+  // Waits for the transfers that aborted or restarted requests left running
+  // (AbortRequest never waits for one) and returns their pages and leases.
+  // Step returns those of the ended ones on its own; the destructor waits.
+  void WaitForAbandonedFetches();
 
   bool Idle() const;
   EngineCounters Counters() const;
@@ -156,6 +160,9 @@ class Engine {
   // at a time, synchronously).
   std::span<std::byte> StageCommit(uint64_t bytes, std::optional<uint32_t>* page);
   void ReleaseFetch(Sequence& seq);
+  struct AbandonedFetch;
+  void EndFetch(AbandonedFetch& fetch);
+  void ReapAbandonedFetches(bool wait);
   void Release(Sequence& seq);
   StepOutput Finish(Sequence& seq, bool aborted);
 
@@ -175,6 +182,9 @@ class Engine {
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<uint64_t> order_;  // arrival order
+  // Transfers still running for requests that let go of them, with what
+  // they write into and their leases (see WaitForAbandonedFetches).
+  std::vector<std::unique_ptr<AbandonedFetch>> abandoned_;
   uint32_t last_step_prefill_tokens_ = 0;
   SteadyClock clock_;
   std::unique_ptr<StoreHealth> store_health_;
