@@ -72,6 +72,7 @@ struct Engine::Sequence {
   std::vector<uint32_t> fetch_pages;
   std::vector<std::byte> swa_buffer;
   std::unique_ptr<FetchJob> fetch;
+  uint64_t fetch_health_epoch = 0;  // StoreHealth::epoch() when it started
   std::vector<bool> group_loaded;
   bool swa_loaded = false;
   bool fetch_failed = false;  // a layer found its layer group missing
@@ -92,6 +93,7 @@ struct Engine::AbandonedFetch {
   std::vector<uint32_t> pages;
   std::vector<std::byte> swa_buffer;
   LeaseId lease = 0;
+  uint64_t health_epoch = 0;  // StoreHealth::epoch() when it started
 };
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
@@ -328,6 +330,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   for (uint32_t p : seq.fetch_pages) pool_.Ref(p);
   seq.group_loaded.assign(c.sources.size(), false);
   seq.swa_loaded = false;
+  seq.fetch_health_epoch = store_health_->epoch();
   seq.fetch = std::make_unique<FetchJob>(*options_.store, seq.match, std::move(fr),
                                          static_cast<uint32_t>(c.sources.size()));
 
@@ -415,6 +418,7 @@ void Engine::ReleaseFetch(Sequence& seq) {
     fetch->pages = seq.fetch_pages;
     fetch->swa_buffer = std::move(seq.swa_buffer);
     fetch->lease = std::exchange(seq.match.lease, 0);
+    fetch->health_epoch = seq.fetch_health_epoch;
     if (fetch->job->Done()) {
       EndFetch(*fetch);
     } else {
@@ -433,13 +437,11 @@ void Engine::ReleaseFetch(Sequence& seq) {
 
 void Engine::EndFetch(AbandonedFetch& fetch) {
   // Every fetch ends here, finished or given up: one that timed out or
-  // lost the node backs the store off like a failed match or commit. Not
-  // while backing off already: fetches started together and failing
-  // together are one failure, and a late success is no probe.
+  // lost the node backs the store off like a failed match or commit; one
+  // that got an answer, even an error, shows the data path works. Unless
+  // a failure was recorded since it started (see StoreHealth).
   const FetchOutcome out = fetch.job->Finish();
-  if (store_health_->Usable() && (out.status.ok() || StoreHealth::Unreachable(out.status))) {
-    store_health_->Record(out.status, StoreHealth::Path::kData);
-  }
+  store_health_->Record(out.status, StoreHealth::Path::kData, fetch.health_epoch);
   fetch.job.reset();
   for (uint32_t p : fetch.pages) pool_.Unref(p);  // the transfer's references
   fetch.pages.clear();
