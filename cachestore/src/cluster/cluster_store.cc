@@ -515,9 +515,15 @@ class ClusterStore final : public Store {
       out.expiry =
           lease->expiry == std::numeric_limits<Nanos>::max() ? now + call_timeout_ : lease->expiry;
       lease->reclaim_at = out.expiry + std::max<Nanos>(out.expiry - now, 0);
-      std::lock_guard lock(leases_mu_);
       // Reservations neither published nor aborted: the nodes dropped them.
-      std::erase_if(write_leases_, [&](const auto& kv) { return kv.second->reclaim_at <= now; });
+      // Their staging is freed after the lock, not under it.
+      std::vector<std::shared_ptr<WriteLease>> dropped;
+      std::lock_guard lock(leases_mu_);
+      std::erase_if(write_leases_, [&](auto& kv) {
+        if (kv.second->reclaim_at > now) return false;
+        dropped.push_back(std::move(kv.second));
+        return true;
+      });
       write_leases_.emplace(out.write_lease, std::move(lease));
     }
     return out;
