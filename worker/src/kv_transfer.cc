@@ -1,19 +1,30 @@
 #include "kv_transfer.h"
 
+#include <string>
+#include <system_error>
+
 namespace strata::worker {
 
 FetchJob::FetchJob(Store& store, MatchResult match, FetchRequest request, uint32_t groups)
     : match_(std::move(match)), request_(std::move(request)), group_done_(groups) {
   request_.match = &match_;
   request_.on_event = [this](const FetchEvent& e) { OnEvent(e); };
-  thread_ = std::thread([this, &store] {
-    FetchOutcome outcome = store.Fetch(request_).Wait();
-    std::lock_guard lock(mu_);
-    outcome_ = std::move(outcome);
-    finished_ = true;
-    finished_at_ = SteadyClock::now();
-    cv_.notify_all();
-  });
+  auto run = [this, &store] { End(store.Fetch(request_).Wait()); };
+  try {
+    thread_ = std::thread(run);
+  } catch (const std::system_error& e) {
+    // No thread to be had (the process is at its limit): a failed fetch,
+    // which the engine recomputes, rather than an exception out of Step.
+    End({.status = ResourceExhausted(std::string("no thread for the fetch: ") + e.what())});
+  }
+}
+
+void FetchJob::End(FetchOutcome outcome) {
+  std::lock_guard lock(mu_);
+  outcome_ = std::move(outcome);
+  finished_ = true;
+  finished_at_ = SteadyClock::now();
+  cv_.notify_all();
 }
 
 FetchJob::~FetchJob() {

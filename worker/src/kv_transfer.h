@@ -44,6 +44,7 @@ class FetchJob {
   }
 
   void OnEvent(const FetchEvent& e);
+  void End(FetchOutcome outcome);
 
   const MatchResult match_;
   FetchRequest request_;
