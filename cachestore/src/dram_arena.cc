@@ -50,6 +50,14 @@ Result<std::unique_ptr<DramArena>> DramArena::Create(const DramArenaOptions& opt
     // Transparent huge pages where the system allows; harmless where not.
     if (options.try_huge_pages) madvise(p, mapped, MADV_HUGEPAGE);
     if (options.prefault && madvise(p, mapped, MADV_POPULATE_WRITE) != 0) {
+      if (errno != EINVAL) {
+        // Out of memory (or locked pages): a clear error now, not an OOM
+        // kill the first time the arena fills.
+        const int err = errno;
+        munmap(p, mapped);
+        return ResourceExhausted("cannot populate a DRAM arena of " + std::to_string(mapped) +
+                                 " bytes: " + std::strerror(err));
+      }
       // Kernels before 5.14 lack MADV_POPULATE_WRITE: touch each page.
       auto* bytes = static_cast<volatile char*>(p);
       for (uint64_t off = 0; off < mapped; off += 4096) bytes[off] = 0;
