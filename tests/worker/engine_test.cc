@@ -758,7 +758,7 @@ TEST(NodeFaultTest, NodeKilledMidFetchRecomputesWithTheSameOutput) {
   std::filesystem::remove_all(dir);
 }
 
-// Holds every fetch until let go (or for 30 s, so that an engine that
+// Holds every fetch until let go (or for 120 s, so that an engine that
 // waits for one cannot hang the test).
 class StallingStore final : public ForwardingStore {
  public:
@@ -768,7 +768,7 @@ class StallingStore final : public ForwardingStore {
       std::unique_lock lock(mu_);
       ++stalled_;
       cv_.notify_all();
-      cv_.wait_for(lock, std::chrono::seconds(30), [&] { return let_go_; });
+      cv_.wait_for(lock, std::chrono::seconds(120), [&] { return let_go_; });
     }
     return inner_.Fetch(r);
   }

@@ -89,11 +89,11 @@ struct Engine::Sequence {
 // job, its own page references, the SWA buffer it writes into and the
 // match's lease.
 struct Engine::AbandonedFetch {
-  std::unique_ptr<FetchJob> job;
   std::vector<uint32_t> pages;
   std::vector<std::byte> swa_buffer;
   LeaseId lease = 0;
-  uint64_t health_epoch = 0;  // StoreHealth::epoch() when it started
+  uint64_t health_epoch = 0;      // StoreHealth::epoch() when it started
+  std::unique_ptr<FetchJob> job;  // last: destroyed (joined) before the buffer
 };
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
@@ -183,6 +183,7 @@ Engine::~Engine() {
 }
 
 Status Engine::AddRequest(Request request) {
+  ReapAbandonedFetches(/*wait=*/false);
   if (request.prompt.empty())
     return InvalidArgument("request " + std::to_string(request.id) + ": empty prompt");
   if (request.prompt.size() > kMaxPromptTokens) {
@@ -409,17 +410,20 @@ bool Engine::BeforeLayer(Sequence& seq, uint32_t layer) {
   return true;
 }
 
-void Engine::ReleaseFetch(Sequence& seq) {
+void Engine::ReleaseFetch(Sequence& seq, bool wait) {
   if (seq.fetch) {
     // A transfer still running keeps what it holds until it ends: a request
-    // that lets go of it (an abort, a restart) never waits for a stalled one.
+    // that lets go of it (an abort) never waits for a stalled one. A restart
+    // after a failed fetch waits (at most the client's deadline), so that
+    // the failure backs the store off before the recompute commits to it.
+    abandoned_.reserve(abandoned_.size() + 1);
     auto fetch = std::make_unique<AbandonedFetch>();
     fetch->job = std::move(seq.fetch);
     fetch->pages = seq.fetch_pages;
     fetch->swa_buffer = std::move(seq.swa_buffer);
     fetch->lease = std::exchange(seq.match.lease, 0);
     fetch->health_epoch = seq.fetch_health_epoch;
-    if (fetch->job->Done()) {
+    if (wait || fetch->job->Done()) {
       EndFetch(*fetch);
     } else {
       abandoned_.push_back(std::move(fetch));
@@ -470,7 +474,7 @@ void Engine::Restart(Sequence& seq, const std::string& /*why*/) {
   seq.stats.replayed_tokens = 0;
   seq.stats.swa_hit = false;
   seq.stats.swa_rejected = false;
-  ReleaseFetch(seq);
+  ReleaseFetch(seq, /*wait=*/true);
   seq.fetch_blocks = 0;
   seq.fetch_swa = false;
   seq.fetch_failed = false;

@@ -133,9 +133,10 @@ class Engine {
   Status AbortRequest(uint64_t id);
   // Steps until every request has finished; returns all outputs in order.
   std::vector<StepOutput> Drain();
-  // Waits for the transfers that aborted or restarted requests left running
-  // (AbortRequest never waits for one) and returns their pages and leases.
-  // Step returns those of the ended ones on its own; the destructor waits.
+  // Waits for the transfers that aborted requests left running (AbortRequest
+  // never waits for one) and returns their pages and leases. Step and
+  // AddRequest return those of the ended ones on their own (an idle engine
+  // keeps them until then); the destructor waits.
   void WaitForAbandonedFetches();
 
   bool Idle() const;
@@ -159,7 +160,7 @@ class Engine {
   // free (*page set; Unref it after), else commit_scratch_ (commits run one
   // at a time, synchronously).
   std::span<std::byte> StageCommit(uint64_t bytes, std::optional<uint32_t>* page);
-  void ReleaseFetch(Sequence& seq);
+  void ReleaseFetch(Sequence& seq, bool wait = false);
   struct AbandonedFetch;
   void EndFetch(AbandonedFetch& fetch);
   void ReapAbandonedFetches(bool wait);
