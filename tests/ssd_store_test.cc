@@ -351,6 +351,61 @@ TEST_F(SsdStoreTest, BytesThatGoBadAfterTheWriteBackVerifiedThemFailTheCopysRead
   EXPECT_TRUE(tier->Read({{who_.ns, TestModel(), keys[1], StateKind::kGlobalKv}, out}).ok());
 }
 
+// An entry deleted while the write-back writes its copy: the copy exists
+// for a moment (the delete's SSD erase found none yet; the write-back
+// erases it after) and must not be promoted back meanwhile.
+TEST_F(SsdStoreTest, AnEntryDeletedWhileWrittenBackIsNotPromotedFromItsCopy) {
+  const std::vector<uint32_t> tokens = Tokens(kTinyBlockTokens, 10);
+  const std::vector<ChainKey> keys = Keys(tokens);
+  std::atomic<bool> armed{false};
+  Status deleted = Internal("not run");
+  size_t promoted = 99;
+  CacheStoreOptions o = Options();
+  o.ssd->before_data_write_hook = [&] {  // the entry is pinned for its write now
+    if (armed.exchange(false)) deleted = store_->Delete(who_, keys[0], StateKind::kGlobalKv);
+  };
+  Open(o);
+  store_->SetAfterWriteBackWriteHookForTesting([&] {
+    if (promoted != 99) return;
+    const MatchResult m = MatchKeysPromoting(keys);
+    promoted = m.blocks.size();
+    if (m.lease != 0) (void)store_->Abort(who_, m.lease);
+  });
+  armed = true;
+  Commit(tokens);
+  store_->FlushWriteBack();
+  EXPECT_TRUE(deleted.ok()) << deleted.ToString();
+  EXPECT_EQ(promoted, 0u);
+  EXPECT_EQ(Match(tokens).blocks.size(), 0u);
+  EXPECT_EQ(store_->Stats().ssd.entries, 0u);
+  ExpectInvariants();
+}
+
+// An eviction by filter in a namespace this process has not seen yet: a
+// match that interns the namespace and promotes a block while the eviction
+// reads the SSD tier loses that block from DRAM too, not just its copy.
+TEST_F(SsdStoreTest, AnEvictionCoversANamespaceInternedWhileItReadsTheSsdTier) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(2 * kTinyBlockTokens, 11);
+  Commit(tokens);
+  store_->FlushWriteBack();
+  Open();  // DRAM empty, the namespace not interned
+  const std::vector<ChainKey> keys = Keys(tokens);
+  size_t promoted = 99;
+  store_->SetAfterSsdScanHookForTesting([&] {
+    if (promoted != 99) return;
+    const MatchResult m = MatchKeysPromoting(keys);
+    promoted = m.blocks.size();
+    if (m.lease != 0) (void)store_->Abort(who_, m.lease);
+  });
+  auto r = store_->Evict(who_, EvictRequest{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(promoted, 2u);
+  EXPECT_EQ(Match(tokens).blocks.size(), 0u);
+  EXPECT_EQ(store_->Stats().global_kv_entries, 0u);
+  ExpectInvariants();
+}
+
 // A cold leased match reads a run of SSD-only blocks as one batch and
 // publishes them in order; the first block that fails ends the prefix, and
 // the blocks after it are not leased.

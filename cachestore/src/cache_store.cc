@@ -135,6 +135,9 @@ struct CacheStore::Impl {
   // Deleted while pinned: out of the index (the key is free for a new
   // entry), freed by their last unpin.
   absl::flat_hash_set<Entry*> deleting;  // structure_mu
+  // Their keys, counted: no SSD copy of one is promoted meanwhile (a
+  // write-back pinning a deleted entry writes its copy, then erases it).
+  absl::flat_hash_map<EntryKey, uint32_t, EntryKeyHash> deleting_keys;  // structure_mu
   std::atomic<uint64_t> payload_bytes{0};
   std::atomic<uint64_t> evictions[static_cast<size_t>(EvictReason::kCount)] = {};
 
@@ -191,10 +194,11 @@ struct CacheStore::Impl {
   // that leave DRAM keeping an SSD copy are logged, and each scan reads
   // its part of the log back by key (ScanSsdThenLock). All structure_mu.
   std::deque<EntryKey> demoted;
-  uint64_t demoted_base = 0;                // log position of demoted.front()
-  std::multiset<uint64_t> scan_starts;      // per running scan: the position it reads on from
-  std::function<void()> after_ssd_scan;     // test hook, set before any call
-  std::function<void()> before_write_back;  // test hook, set before any call
+  uint64_t demoted_base = 0;                     // log position of demoted.front()
+  std::multiset<uint64_t> scan_starts;           // per running scan: the position it reads on from
+  std::function<void()> after_ssd_scan;          // test hook, set before any call
+  std::function<void()> before_write_back;       // test hook, set before any call
+  std::function<void()> after_write_back_write;  // test hook, likewise
   std::function<void()> before_promotion_publish;  // test hook, likewise
 
   uint64_t DemotedEndLocked() const { return demoted_base + demoted.size(); }
@@ -307,6 +311,7 @@ struct CacheStore::Impl {
       writes.push_back(std::move(w));
     }
     if (!writes.empty()) (void)ssd->WriteBatch(writes);  // failures are counted by the tier
+    if (after_write_back_write) after_write_back_write();
     // Our reader pin kept capacity eviction away, so an entry deleted while
     // it was written went on purpose (Delete, Evict, TTL, checksum). Its
     // SSD copy goes too: the delete's own SSD erase may have run before the
@@ -515,6 +520,9 @@ struct CacheStore::Impl {
       return NotFound("SSD entry has an unknown layout " + std::to_string(meta->layout_id));
     }
     std::lock_guard lock(structure_mu);
+    if (deleting_keys.contains(k)) {
+      return Unavailable("an entry under this key is being deleted");
+    }
     Shard& shard = ShardFor(k);
     {
       std::shared_lock slock(shard.mu);
@@ -756,6 +764,12 @@ struct CacheStore::Impl {
     return kUnseenNamespace;
   }
   static constexpr uint32_t kUnseenNamespace = UINT32_MAX;
+  // Replaces kUnseenNamespace with the namespace's id if it has one now.
+  // Under structure_mu: no DRAM entry of it can appear until that is let go.
+  void ResolveUnseenLocked(const std::string& ns, uint32_t* id) const {
+    if (*id != kUnseenNamespace) return;
+    if (const std::optional<uint32_t> found = FindNamespace(ns)) *id = *found;
+  }
 
   Nanos TtlFor(StateKind kind) const {
     return kind == StateKind::kGlobalKv ? opts.global_kv_ttl : opts.swa_ttl;
@@ -836,6 +850,7 @@ struct CacheStore::Impl {
     shard.map.erase(e->key);
     e->state.store(EntryState::kDeleting);
     deleting.insert(e);
+    ++deleting_keys[e->key];
   }
 
   // Erases a reserved entry whose write lease ended or whose commit failed.
@@ -879,7 +894,11 @@ struct CacheStore::Impl {
       --reserved_entries;
       reserved_bytes -= e->extent.length;
     }
-    if (state == EntryState::kDeleting) deleting.erase(e);
+    if (state == EntryState::kDeleting) {
+      deleting.erase(e);
+      auto it = deleting_keys.find(e->key);
+      if (--it->second == 0) deleting_keys.erase(it);
+    }
     policy->OnErase(e);
     TtlUnlink(e);
     TreeUnlink(e);
@@ -2242,7 +2261,7 @@ enum class ExpiredDram {
 };
 
 template <typename ImplT, typename Pred>
-std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t ns_id,
+std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t* ns_id,
                                        bool read_ssd, Nanos now,
                                        const std::optional<EntryCursor>& after, size_t limit,
                                        std::optional<EntryCursor>* bound, ExpiredDram expired_dram,
@@ -2250,6 +2269,7 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
   bound->reset();
   if (s.ssd == nullptr || !read_ssd) {
     lock.lock();
+    s.ResolveUnseenLocked(ns, ns_id);
     return {};
   }
   constexpr int kUnlockedRounds = 4;
@@ -2277,11 +2297,14 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
   std::unordered_set<EntryKey, EntryKeyHash> looked_up;
   lock.lock();
   for (int round = 0;; ++round) {
+    // A namespace unseen at the start may have been interned since (and
+    // DRAM entries made in it); none can be while the lock is held.
+    s.ResolveUnseenLocked(ns, ns_id);
     std::vector<EntryKey> fresh;
     const uint64_t to = s.DemotedEndLocked();
     for (uint64_t i = from; i < to; ++i) {
       const EntryKey& k = s.demoted[i - s.demoted_base];
-      if (k.ns == ns_id && looked_up.insert(k).second) fresh.push_back(k);
+      if (k.ns == *ns_id && looked_up.insert(k).second) fresh.push_back(k);
     }
     s.MoveSsdScanLocked(from, to);
     from = to;
@@ -2309,7 +2332,7 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
   std::vector<EntryInfo> out;
   for (EntryInfo& c : copies) {
     if (!wanted(c)) continue;
-    const EntryKey k{ns_id, c.kind, c.key};
+    const EntryKey k{*ns_id, c.kind, c.key};
     auto& shard = s.ShardFor(k);
     std::shared_lock slock(shard.mu);
     auto it = shard.map.find(k);
@@ -2461,6 +2484,10 @@ void CacheStore::SetBeforeWriteBackHookForTesting(std::function<void()> hook) {
   impl_->before_write_back = std::move(hook);
 }
 
+void CacheStore::SetAfterWriteBackWriteHookForTesting(std::function<void()> hook) {
+  impl_->after_write_back_write = std::move(hook);
+}
+
 void CacheStore::SetBeforePromotionPublishHookForTesting(std::function<void()> hook) {
   impl_->before_promotion_publish = std::move(hook);
 }
@@ -2506,9 +2533,14 @@ Status CacheStore::CheckInvariantsForTesting() const {
       }
     }
   }
+  uint64_t deleting_keyed = 0;
+  for (const auto& [k, n] : s.deleting_keys) deleting_keyed += n;
+  if (deleting_keyed != s.deleting.size()) return Internal("deleting keys drifted");
   for (const Entry* e : s.deleting) {
-    if (e->state.load() != EntryState::kDeleting)
+    if (e->state.load() != EntryState::kDeleting) {
       return Internal("deleting set holds a live entry");
+    }
+    if (!s.deleting_keys.contains(e->key)) return Internal("deleting entry's key not counted");
     if (e->in_policy || e->in_ttl || e->parent || e->first_child) {
       return Internal("deleting entry still linked");
     }
@@ -2580,7 +2612,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   }
   Impl& s = *impl_;
   EntryPage page;
-  const std::optional<uint32_t> ns = s.NamespaceForAdmin(caller.ns);
+  std::optional<uint32_t> ns = s.NamespaceForAdmin(caller.ns);
   if (!ns.has_value()) return page;
   const Nanos now = s.clock->Now();
   // SSD-only entries join the page in the same (key, kind) order;
@@ -2590,7 +2622,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   // entries past it wait for a later page too.
   std::optional<EntryCursor> bound;
   std::vector<EntryInfo> ssd_only = ScanSsdThenLock(
-      s, caller.ns, *ns, SsdCopiesCanMatch(filter), now, after, limit + 1, &bound,
+      s, caller.ns, &*ns, SsdCopiesCanMatch(filter), now, after, limit + 1, &bound,
       ExpiredDram::kGone,
       [&](const EntryInfo& c) {
         if (after.has_value() && !CursorLess(after->key, after->kind, c.key, c.kind)) {
@@ -2650,7 +2682,7 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   Impl& s = *impl_;
   EvictReport report;
-  const std::optional<uint32_t> ns = s.NamespaceForAdmin(caller.ns);
+  std::optional<uint32_t> ns = s.NamespaceForAdmin(caller.ns);
   if (!ns.has_value()) {
     if (req.root.has_value()) return NotFound("no entry " + req.root->key.ToHex());
     return report;
@@ -2671,10 +2703,11 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   std::unique_lock lock(s.structure_mu, std::defer_lock);
   if (req.root.has_value()) {
     lock.lock();
+    s.ResolveUnseenLocked(caller.ns, &*ns);
   } else {
     std::optional<EntryCursor> bound;  // stays empty: every copy is read
     ssd_only = ScanSsdThenLock(
-        s, caller.ns, *ns, SsdCopiesCanMatch(req.filter), now, std::nullopt, 0, &bound,
+        s, caller.ns, &*ns, SsdCopiesCanMatch(req.filter), now, std::nullopt, 0, &bound,
         ExpiredDram::kThere, [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); },
         lock);
   }

@@ -268,6 +268,9 @@ class CacheStore {
   // Test hook: runs on the write-back thread before each batch is pinned
   // and verified. Set it before any commit.
   void SetBeforeWriteBackHookForTesting(std::function<void()> hook);
+  // Test hook: runs on the write-back thread once a batch is on the SSD
+  // tier, before the copies of entries deleted meanwhile are erased.
+  void SetAfterWriteBackWriteHookForTesting(std::function<void()> hook);
   // Test hook: runs after an SSD promotion's read batch, before its entries
   // are published. Set it before any call that could promote.
   void SetBeforePromotionPublishHookForTesting(std::function<void()> hook);
