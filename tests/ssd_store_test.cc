@@ -25,6 +25,27 @@ using testing::TinyGlobalLayout;
 using testing::TinySwaLayout;
 using testing::Tokens;
 
+// Holds the store's write-back before its next batch until Release, or
+// the end of the scope: the write-back thread must never wait forever, even
+// after a failed ASSERT.
+class WriteBackGate {
+ public:
+  explicit WriteBackGate(CacheStore& store) {
+    store.SetBeforeWriteBackHookForTesting([go = go_] { go.wait(); });
+  }
+  ~WriteBackGate() { Release(); }
+  WriteBackGate(const WriteBackGate&) = delete;
+  WriteBackGate& operator=(const WriteBackGate&) = delete;
+  void Release() {
+    if (!std::exchange(released_, true)) open_.set_value();
+  }
+
+ private:
+  std::promise<void> open_;
+  std::shared_future<void> go_ = open_.get_future().share();
+  bool released_ = false;
+};
+
 class SsdStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -281,17 +302,7 @@ TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
 // given and serve them as good after DRAM let go).
 TEST_F(SsdStoreTest, WriteBackVerifiesAndDropsBytesThatWentBadInDram) {
   Open();
-  std::promise<void> corrupted;
-  std::shared_future<void> go = corrupted.get_future().share();
-  store_->SetBeforeWriteBackHookForTesting([go] { go.wait(); });
-  struct Release {  // the write-back thread must never wait forever, even on a failed ASSERT
-    std::promise<void>& p;
-    bool done = false;
-    void Now() {
-      if (!std::exchange(done, true)) p.set_value();
-    }
-    ~Release() { Now(); }
-  } release{corrupted};
+  WriteBackGate gate(*store_);
   const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 8);
   Commit(tokens);
   const std::vector<ChainKey> keys = Keys(tokens);
@@ -299,7 +310,7 @@ TEST_F(SsdStoreTest, WriteBackVerifiesAndDropsBytesThatWentBadInDram) {
       store_->MutablePayloadForTesting(who_, keys[2], StateKind::kGlobalKv);
   ASSERT_FALSE(bytes.empty());
   bytes[bytes.size() - 5] ^= std::byte{0x40};
-  release.Now();
+  gate.Release();
   store_->FlushWriteBack();
   const StoreStats st = store_->Stats();
   EXPECT_EQ(st.evictions[static_cast<size_t>(EvictReason::kChecksum)], 2u);  // block 2 and 3
@@ -321,24 +332,14 @@ TEST_F(SsdStoreTest, BytesThatGoBadAfterTheWriteBackVerifiedThemFailTheCopysRead
   o.ssd->before_data_write_hook = [&] {
     if (!victim.empty() && !flipped.exchange(true)) victim[victim.size() - 5] ^= std::byte{0x40};
   };
-  std::promise<void> committed;
-  std::shared_future<void> go = committed.get_future().share();
   Open(o);
-  store_->SetBeforeWriteBackHookForTesting([go] { go.wait(); });
-  struct Release {  // the write-back thread must never wait forever
-    std::promise<void>& p;
-    bool done = false;
-    void Now() {
-      if (!std::exchange(done, true)) p.set_value();
-    }
-    ~Release() { Now(); }
-  } release{committed};
+  WriteBackGate gate(*store_);
   const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 9);
   Commit(tokens);
   const std::vector<ChainKey> keys = Keys(tokens);
   victim = store_->MutablePayloadForTesting(who_, keys[2], StateKind::kGlobalKv);
   ASSERT_FALSE(victim.empty());
-  release.Now();
+  gate.Release();
   store_->FlushWriteBack();
   ASSERT_TRUE(flipped.load());
   store_.reset();
