@@ -141,13 +141,15 @@ struct DataPlaneServer::Impl {
     // Give replies already handed to UCX a moment to finish cleanly.
     const Nanos grace = internal::SteadyNow() + 200 * kNanosPerMilli;
     while (!pending.empty() && internal::SteadyNow() < grace) ucp_worker_progress(ucx->worker);
-    if (memh != nullptr) ucp_mem_unmap(ucx->context, memh);
-    memh = nullptr;
     destroying = true;
     // Destroying the worker completes what is left (callbacks may run and
     // delete their Pending); whatever it did not complete is ours to delete.
+    // The arena's registration goes after it: a reply still in UCX refers
+    // to it (and with UCP_MEM_MAP_ALLOCATE the unmap frees the arena).
     ucp_worker_destroy(ucx->worker);
     ucx->worker = nullptr;
+    if (memh != nullptr) ucp_mem_unmap(ucx->context, memh);
+    memh = nullptr;
     std::lock_guard lock(pending_mu);
     for (Pending* p : pending) delete p;
     pending.clear();
