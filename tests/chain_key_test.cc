@@ -88,6 +88,19 @@ TEST(ChainKeyTest, PrefixPropertyAndEarlyStop) {
   EXPECT_EQ(calls, 3u);
 }
 
+TEST(ChainKeyTest, EqualityAndOrderSeeEveryByte) {
+  const ChainKey k = ChainKeys::Root({"ns", kFp.Id(), ""});
+  for (size_t i = 0; i < k.bytes.size(); ++i) {
+    ChainKey other = k;
+    other.bytes[i] ^= 0x80;
+    EXPECT_NE(other, k) << "byte " << i;
+    EXPECT_EQ(other < k, k.bytes[i] >= 0x80) << "byte " << i;
+  }
+  ChainKey same = k;
+  EXPECT_EQ(same, k);
+  EXPECT_FALSE(same < k);
+}
+
 TEST(ChainKeyTest, HexRoundTripAndRejects) {
   const ChainKey k = ChainKeys::Root({"ns", kFp.Id(), ""});
   EXPECT_EQ(ChainKey::FromHex(k.ToHex()), k);

@@ -83,7 +83,7 @@ class AdaptiveSlruPolicy final : public EvictionPolicy {
     ghosts_.Add(EntryKeyHash{}(e->key), was_probation ? kProbation : kProtected, 0, limit);
   }
 
-  Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
+  Entry* PickVictim(absl::FunctionRef<bool(const Entry&)> evictable, size_t max_scan,
                     uint64_t incoming_bytes) override {
     // New entries land in probation: count them, or room for them would
     // always be taken from protected while probation sits at its target.

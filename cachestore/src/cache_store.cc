@@ -683,6 +683,7 @@ struct CacheStore::Impl {
   };
   ReserveNeed ReserveNeedLocked(uint32_t ns, std::span<const CommitBlock> blocks, Nanos now) const {
     absl::flat_hash_set<EntryKey, EntryKeyHash> seen;
+    seen.reserve(blocks.size());
     ReserveNeed need;
     for (size_t i = 0; i < blocks.size(); ++i) {
       const CommitBlock& b = blocks[i];
@@ -1865,6 +1866,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     auto undo = [&] {
       for (const EntryRef& ref : rec.entries) s.EraseLocked(ref.entry);
     };
+    std::atomic<int64_t>* const ns_pinned = s.LeasePinnedBytes(ns);
     for (size_t i = 0; i < blocks.size(); ++i) {
       const CommitBlock& b = blocks[i];
       const EntryKey k{ns, b.kind, b.key};
@@ -1903,7 +1905,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       }
       Entry* e = s.pool.Acquire();
       e->key = k;
-      e->ns_lease_pinned_bytes = s.LeasePinnedBytes(ns);
+      e->ns_lease_pinned_bytes = ns_pinned;
       e->model_id = model;
       e->layout_id = b.layout_id;
       e->payload_bytes = b.payload_bytes;
@@ -1981,11 +1983,12 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
   // alone, nothing else reads or frees them.
   const size_t n = rec->entries.size();
   std::vector<Status> verdict(n);
+  const Layout* layout = nullptr;  // a batch is almost always of one layout
   for (size_t j = 0; j < n; ++j) {
     Entry* e = rec->entries[j].entry;
     const uint64_t sum = checksums[rec->positions[j]];
-    verdict[j] = VerifyPayload(*s.FindLayout(e->layout_id),
-                               s.arena->Bytes(e->extent, e->payload_bytes), sum);
+    if (layout == nullptr || layout->id != e->layout_id) layout = s.FindLayout(e->layout_id);
+    verdict[j] = VerifyPayload(*layout, s.arena->Bytes(e->extent, e->payload_bytes), sum);
     if (verdict[j].code() == StatusCode::kChecksumMismatch) s.m.checksum_failures->Increment();
     e->checksum = sum;
   }

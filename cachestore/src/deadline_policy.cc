@@ -76,7 +76,7 @@ class ReuseDeadlinePolicy final : public EvictionPolicy {
                 std::max(kGhostFactor * resident, kMinGhosts));
   }
 
-  Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
+  Entry* PickVictim(absl::FunctionRef<bool(const Entry&)> evictable, size_t max_scan,
                     uint64_t /*incoming_bytes*/) override {
     // Each class list is in use order, so its tail holds its earliest
     // deadline: try the classes by their tails' deadlines.

@@ -20,7 +20,7 @@ void EntryList::Unlink(Entry* e) {
   --count;
 }
 
-Entry* EntryList::FindFromTail(const std::function<bool(const Entry&)>& ok, size_t max_scan,
+Entry* EntryList::FindFromTail(absl::FunctionRef<bool(const Entry&)> ok, size_t max_scan,
                                bool descend) const {
   size_t scanned = 0;
   for (Entry* e = tail; e != nullptr && scanned < max_scan; e = e->policy_prev, ++scanned) {

@@ -4,11 +4,11 @@
 // All calls happen under the store's structure lock.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "entry.h"
 #include "strata/status.h"
 
@@ -32,7 +32,7 @@ struct EntryList {
   // With `descend`, an entry that only fails because it has descendants
   // stands for its chain: its deepest first-child descendant is tried, so
   // an old chain is trimmed from its end rather than skipped.
-  Entry* FindFromTail(const std::function<bool(const Entry&)>& ok, size_t max_scan,
+  Entry* FindFromTail(absl::FunctionRef<bool(const Entry&)> ok, size_t max_scan,
                       bool descend = false) const;
 };
 
@@ -50,7 +50,7 @@ class EvictionPolicy {
   // The preferred victim for which `evictable` holds, looking at no more
   // than `max_scan` candidates; nullptr when there is none. `incoming_bytes`
   // is what is being made room for (reserved, not yet inserted).
-  virtual Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
+  virtual Entry* PickVictim(absl::FunctionRef<bool(const Entry&)> evictable, size_t max_scan,
                             uint64_t incoming_bytes) = 0;
 };
 

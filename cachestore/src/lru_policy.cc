@@ -18,7 +18,7 @@ class LruPolicy final : public EvictionPolicy {
     list_.Unlink(e);
     e->in_policy = false;
   }
-  Entry* PickVictim(const std::function<bool(const Entry&)>& evictable, size_t max_scan,
+  Entry* PickVictim(absl::FunctionRef<bool(const Entry&)> evictable, size_t max_scan,
                     uint64_t /*incoming_bytes*/) override {
     return list_.FindFromTail(evictable, max_scan, /*descend=*/true);
   }

@@ -49,6 +49,11 @@ struct Digest16 {
   }
   // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 misreads a defaulted <=>
   friend auto operator<=>(const Digest16&, const Digest16&) = default;
+  // Spelled out: the defaulted one compares the array through a libc
+  // memcmp call, and index lookups compare keys on every probe.
+  friend bool operator==(const Digest16& a, const Digest16& b) {
+    return std::memcmp(a.bytes.data(), b.bytes.data(), sizeof(a.bytes)) == 0;
+  }
 };
 
 struct ModelIdTag {};
