@@ -77,15 +77,18 @@ Status Authorize(uint64_t session, uint64_t lease, uint64_t offset, uint64_t) {
 }
 
 // Authorize, with a hold that counts itself out and back in (after
-// `release_ms`, as a store unpinning an entry slowly would).
+// `release_ms`, as a store unpinning an entry slowly would; the first hold
+// to go back after a `*stall_ms` is set sleeps that long too, stalling the
+// node's worker once).
 Result<TransferHold> AuthorizeCounted(uint64_t session, uint64_t lease, uint64_t offset,
                                       uint64_t length, std::atomic<int64_t>* holds_out,
-                                      int release_ms = 0) {
+                                      int release_ms = 0, std::atomic<int>* stall_ms = nullptr) {
   Status st = Authorize(session, lease, offset, length);
   if (!st.ok()) return st;
   holds_out->fetch_add(1);
-  return TransferHold([holds_out, release_ms] {
-    if (release_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(release_ms));
+  return TransferHold([holds_out, release_ms, stall_ms] {
+    const int ms = release_ms + (stall_ms != nullptr ? stall_ms->exchange(0) : 0);
+    if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     holds_out->fetch_sub(1);
   });
 }
@@ -100,7 +103,8 @@ struct LocalNode {
   std::vector<int64_t> holds_when_landed;            // holds_out at each; guarded by mu
   std::atomic<int64_t> holds_out{0};                 // granted and not yet released
   std::atomic<int64_t> holds_granted{0};
-  std::atomic<int> release_ms{0};  // how long each hold takes to go back
+  std::atomic<int> release_ms{0};             // how long each hold takes to go back
+  std::atomic<int> stall_next_release_ms{0};  // how long the next one to go back takes, once
   std::unique_ptr<DataPlaneServer> server;
 
   explicit LocalNode(ServerOptions options = {}, bool own_region = false) {
@@ -110,7 +114,8 @@ struct LocalNode {
     Access access;
     access.authorize_read = [this](uint64_t s, uint64_t l, uint64_t o, uint64_t n) {
       std::lock_guard<std::mutex> lock(mu);
-      Result<TransferHold> hold = AuthorizeCounted(s, l, o, n, &holds_out, release_ms.load());
+      Result<TransferHold> hold =
+          AuthorizeCounted(s, l, o, n, &holds_out, release_ms.load(), &stall_next_release_ms);
       if (hold.ok()) holds_granted.fetch_add(1);
       return hold;
     };
@@ -648,6 +653,47 @@ TEST_F(DataPlaneAcks, AnIdleClientLeavesNoReplyOpenOnTheNode) {
   // From here on the client does nothing.
   EXPECT_TRUE(NothingInFlight(node));
   EXPECT_EQ(node.server->stats().bytes_sent, plan.bytes);
+  EXPECT_TRUE(node.HoldsReturned());
+}
+
+// A call whose bytes have all arrived returns at once, even while the node
+// takes none of its acks (its worker stalled in a release): it does not wait
+// out its deadline for them. The acks go out once the node is back.
+TEST_F(DataPlaneAcks, AFinishedCallDoesNotWaitForAStalledNodeToTakeItsAcks) {
+  constexpr int kStallMs = 5'000 * kSlowdown;
+  LocalNode node({}, /*own_region=*/false);
+  ASSERT_NE(node.server, nullptr);
+  auto client = DataPlaneClient::Connect(node.Info(), {Mode::kActiveMessage, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  GatherPlan plan = MakeGatheredReads(64, 14);
+  size_t left = plan.ops.size();
+  Nanos arrived = 0;
+  int64_t unacked = 0;  // replies the node had not seen acked when the last byte arrived
+  const Status st = (*client)->Read(
+      plan.ops,
+      [&](size_t, const Status& s) {
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        if (--left > 0) return;
+        unacked = static_cast<int64_t>(node.server->stats().in_flight);
+        node.stall_next_release_ms.store(kStallMs);
+        arrived = Now();
+      },
+      In(3 * kStallMs));
+  const Nanos returned = Now();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectGatherMatches(plan, node.arena);
+  // The node takes one ack, stalls, and has room for two more: with four
+  // or more unacked, some of the client's acks were still queued when it
+  // returned.
+  ASSERT_GE(unacked, 4) << "the node had taken nearly every ack before the last byte arrived: "
+                           "the test no longer covers acks the client cannot hand over";
+  EXPECT_LT(returned - arrived, kStallMs / 2 * kNanosPerMilli)
+      << "the finished call waited for the stalled node";
+  // Once the node is back, the acks the client still held go out with its
+  // next call, and every reply ends.
+  GatherPlan next = MakeGatheredReads(4, 15);
+  ReadAllOnce(**client, next.ops);
+  EXPECT_TRUE(NothingInFlight(node));
   EXPECT_TRUE(node.HoldsReturned());
 }
 

@@ -15,12 +15,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "node_test_util.h"
 #include "strata/data_plane.h"
+#include "strata/node.h"
 #include "tampering_proxy.h"
 
 namespace strata::testing {
@@ -389,6 +391,91 @@ TEST_F(NodeTest, LeasesRenewAndExpireAcrossTheWire) {
   EXPECT_FALSE(late.outcome.status.ok());
   EXPECT_EQ(late.outcome.blocks_ready, 0u);
   EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
+}
+
+// A client whose call ends (here: its deadline passes) before the node's
+// answer leaves never learns the lease the node granted it. The node ends
+// that lease at once instead of letting it pin the entries until its TTL:
+// a read lease from Match and a write lease (with its reservations) from
+// the Reserve of a commit. In-process node: the hook holds the handler
+// between the grant and its answer until the client has given up.
+TEST(NodeInProcessTest, ALeaseGrantedToAClientThatGaveUpEndsAtOnce) {
+  const std::string dir = TempDir("node-gave-up");
+  NodeConfig c;
+  c.listen = "127.0.0.1:0";
+  c.http_listen = "";
+  c.dram_bytes = 64ull << 20;
+  c.tokens_file = dir + "/tokens";
+  std::ofstream(c.tokens_file) << HashToken(kTokenA.token) << " " << kTokenA.ns << " write\n";
+  auto node = Node::Start(c);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  const std::string uri = "strata://127.0.0.1:" + std::to_string((*node)->grpc_port());
+  ClientOptions patient;
+  patient.token = kTokenA.token;
+  auto store = OpenStore(uri, patient);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const Prompt stored = MakePrompt(**store, 2, 71);
+  CommitAll(**store, stored, /*with_swa=*/false);
+  const Prompt fresh = MakePrompt(**store, 2, 72);
+
+  ClientOptions hasty = patient;
+  hasty.timeout = 300 * kNanosPerMilli;
+  auto impatient = OpenStore(uri, hasty);
+  ASSERT_TRUE(impatient.ok()) << impatient.status().ToString();
+  std::atomic<bool> armed{false};
+  std::atomic<int> held{0};
+  std::promise<void> gave_up;
+  std::shared_future<void> client_gone = gave_up.get_future().share();
+  std::atomic<bool> node_saw_it{false};
+  (*node)->SetAfterLeaseGrantHookForTesting([&](const std::function<bool()>& caller_left) {
+    if (!armed.exchange(false)) return;
+    ++held;
+    (void)client_gone.wait_for(std::chrono::seconds(30));
+    // gRPC tells the server a moment after the client gave up.
+    for (int i = 0; i < 1000 && !caller_left(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    node_saw_it = caller_left();
+  });
+  auto leases_end = [&](uint64_t StoreStats::*leases) {
+    for (int i = 0; i < 500 && (*node)->store().Stats().*leases != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return (*node)->store().Stats().*leases;
+  };
+
+  armed = true;
+  auto m = MatchPrompt(**impatient, stored);  // a read lease for 2 blocks
+  EXPECT_EQ(m.status().code(), StatusCode::kDeadlineExceeded) << m.status().ToString();
+  ASSERT_EQ(held.load(), 1) << "the hook did not hold the match";
+  EXPECT_EQ((*node)->store().Stats().read_leases, 1u) << "the lease was granted";
+  gave_up.set_value();
+  EXPECT_EQ(leases_end(&StoreStats::read_leases), 0u) << "the match's lease outlived its caller";
+  EXPECT_TRUE(node_saw_it.exchange(false));
+
+  std::promise<void> gave_up_again;
+  client_gone = gave_up_again.get_future().share();
+  armed = true;
+  auto payloads = Payloads(fresh, 0, 2, /*with_swa=*/false);
+  auto r = (*impatient)->Commit(TestModel(), payloads);
+  EXPECT_FALSE(r.ok() && r->published == 2) << "the commit got through the held reserve";
+  ASSERT_EQ(held.load(), 2) << "the hook did not hold the reserve";
+  EXPECT_EQ((*node)->store().Stats().write_leases, 1u) << "the reservation was granted";
+  gave_up_again.set_value();
+  EXPECT_EQ(leases_end(&StoreStats::write_leases), 0u) << "the reservation outlived its caller";
+  EXPECT_TRUE(node_saw_it.load());
+
+  // Nothing was lost: the stored prompt is whole and the fresh one commits.
+  (*node)->SetAfterLeaseGrantHookForTesting(nullptr);
+  auto again = MatchPrompt(**store, stored);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->blocks.size(), 2u);
+  ExpectSameBytes(FetchAll(**store, *again), stored, 2, /*swa=*/false);
+  CommitAll(**store, fresh, /*with_swa=*/false);
+  store->reset();
+  impatient->reset();
+  node->reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(NodeTest, LeasesOfAKilledClientExpire) {

@@ -4,6 +4,7 @@
 // thin command line around this class.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,11 @@ class Node {
   int grpc_port() const;
   int http_port() const;  // 0 when HTTP is off
   CacheStore& store();
+  // Test hook: runs in the Match and Reserve handlers after the store
+  // granted the call's lease, with a test of whether the caller has gone.
+  // Set it before the calls it is meant for.
+  void SetAfterLeaseGrantHookForTesting(
+      std::function<void(const std::function<bool()>& caller_left)> hook);
 
  private:
   struct Impl;

@@ -26,9 +26,9 @@ using internal::SteadyNow;
 
 // Callers on any thread drive the worker, one at a time (Impl::mu).
 constexpr ucs_thread_mode_t kThreadMode = UCS_THREAD_MODE_SERIALIZED;
-// What a call whose deadline has passed still spends on handing over its
-// acknowledgements (normally microseconds).
-constexpr Nanos kMinAckFlush = kNanosPerSecond / 10;
+// What a call whose bytes have all arrived still spends on handing over its
+// acknowledgements (normally microseconds), whatever its deadline.
+constexpr Nanos kAckFlushBudget = kNanosPerSecond / 10;
 
 struct DataPlaneClient::Impl {
   struct Call;
@@ -400,7 +400,7 @@ struct DataPlaneClient::Impl {
       for (size_t i : call->completed) report(i);
       call->completed.clear();
       if (call->done == call->ops.size() && call->outstanding == 0) {
-        if (call->rendezvous) FlushAcks(deadline);
+        if (call->rendezvous) FlushAcks();
         return first_error;
       }
       if (!ep_failure.ok() || SteadyNow() > deadline) break;
@@ -437,14 +437,17 @@ struct DataPlaneClient::Impl {
   // nothing about them: an idle client would keep the node's sends, and the
   // entries they pin, open until its next call. A flush of the endpoint
   // completes only once everything queued on it went out. The call itself
-  // has succeeded by now (every byte arrived): a flush that fails or runs
-  // out of time changes nothing for it (a failed endpoint fails the next
-  // call).
-  void FlushAcks(Nanos deadline) {
+  // has succeeded by now (every byte arrived), so the flush gets a short
+  // budget of its own, not the call's deadline: a node that takes nothing
+  // (its worker stalled) must not hold a finished call until its deadline.
+  // Acks still queued then go out with the next call's progress. A flush
+  // that fails or runs out of time changes nothing for this call (a failed
+  // endpoint fails the next one).
+  void FlushAcks() {
     if (ep == nullptr) return;
     ucp_request_param_t param{};
-    const Nanos until = std::max(deadline, SteadyNow() + kMinAckFlush);
-    (void)internal::WaitRequest(ucx->worker, ucp_ep_flush_nbx(ep, &param), until,
+    (void)internal::WaitRequest(ucx->worker, ucp_ep_flush_nbx(ep, &param),
+                                SteadyNow() + kAckFlushBudget,
                                 "flushing acknowledgements to the node");
   }
 

@@ -393,5 +393,9 @@ const std::string& Node::node_id() const { return impl_->state.node_id; }
 int Node::grpc_port() const { return impl_->grpc_port; }
 int Node::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 CacheStore& Node::store() { return *impl_->state.store; }
+void Node::SetAfterLeaseGrantHookForTesting(
+    std::function<void(const std::function<bool()>& caller_left)> hook) {
+  impl_->state.after_lease_grant = std::move(hook);
+}
 
 }  // namespace strata

@@ -187,6 +187,27 @@ Status EndReleasedLeases(const NodeState& s, const Principal& p,
   return Status::Ok();
 }
 
+// Whether the client has gone: its call was cancelled (by it, by its
+// deadline, by a broken connection), or its deadline passed, which it sees
+// first (gRPC tells the server a moment later).
+bool CallerLeft(const grpc::ServerContext& ctx) {
+  return ctx.IsCancelled() || std::chrono::system_clock::now() > ctx.deadline();
+}
+
+// A lease granted to a client whose call has already ended would pin what
+// it covers until its TTL, since no one learns its id: it ends here
+// instead. A client that goes after this check, while the answer is on its
+// way, still leaves its lease to the TTL; the check catches the common
+// case, a slow handler outlasting the client's deadline.
+Status EndLeaseIfCallerLeft(const NodeState& s, const Principal& p, const grpc::ServerContext& ctx,
+                            uint64_t lease) {
+  if (s.after_lease_grant) s.after_lease_grant([&ctx] { return CallerLeft(ctx); });
+  if (lease == 0 || !CallerLeft(ctx)) return Status::Ok();
+  (void)s.store->Abort(p, lease);
+  return DeadlineExceeded("the call ended (deadline or cancel) before its answer left; lease " +
+                          std::to_string(lease) + " was ended");
+}
+
 }  // namespace
 
 grpc::Status CacheStoreService::Hello(grpc::ServerContext* ctx, const v1::HelloRequest*,
@@ -223,6 +244,7 @@ grpc::Status CacheStoreService::Match(grpc::ServerContext* ctx, const v1::MatchR
     decoded.request.promote_ssd = true;  // remote clients read DRAM only
     Result<MatchResult> result = s_.store->MatchKeys(p, decoded.request);
     if (!result.ok()) return result.status();
+    STRATA_RETURN_IF_ERROR(EndLeaseIfCallerLeft(s_, p, *ctx, result->lease));
     *resp = wire::EncodeMatchResult(*result);
     resp->set_instance_id(s_.instance_id);
     if (result->lease != 0) {
@@ -273,6 +295,7 @@ grpc::Status CacheStoreService::Reserve(grpc::ServerContext* ctx, const v1::Rese
     }();
     s_.reserves_admitting.fetch_sub(1);
     if (!r.ok()) return r.status();
+    STRATA_RETURN_IF_ERROR(EndLeaseIfCallerLeft(s_, p, *ctx, r->write_lease));
     const std::byte* base = s_.store->ArenaRegion().data();
     resp->set_write_lease_id(r->write_lease);
     resp->set_instance_id(s_.instance_id);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,10 @@ struct NodeState {
   std::string data_plane_mode;
   std::vector<std::string> rdma_devices;
   MetricsRegistry* metrics = nullptr;
+  // Test hook: runs in Match and Reserve after the store granted the call's
+  // lease, before the handler checks that the caller is still there (what
+  // `caller_left` tells).
+  std::function<void(const std::function<bool()>& caller_left)> after_lease_grant;
   // For the uptime in Stats: the state is made when the node starts.
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
