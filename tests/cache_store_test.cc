@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -685,6 +686,59 @@ TEST_F(CacheStoreTest, CorruptStoredBytesAreNeverServed) {
   out = FetchAll(m, &got);
   EXPECT_EQ(out.status.code(), StatusCode::kChecksumMismatch);
   EXPECT_EQ(out.blocks_ready, 0u);
+}
+
+// The SWA state is delivered ahead of the bodies (a worker needs it, with
+// layer group 0, before layer 0), and is good only with the prefix under
+// it: a body that fails short of its boundary voids it, kSwaReady or not.
+TEST_F(CacheStoreTest, SwaStateComesBeforeTheBodiesAndFallsWithACutPrefix) {
+  const auto tokens = Tokens(20, 12);
+  ASSERT_TRUE(t_.CommitBlocks(tokens, 0, 4).ok());
+  const auto keys = t_.Keys(tokens, t_.writer);
+  ASSERT_TRUE(t_.CommitSwa(keys[3], 79, t_.writer).ok());  // state after 4 blocks
+  auto fetch = [&](std::vector<FetchEvent>* events, std::vector<std::byte>* swa) {
+    auto m = t_.store->Match(t_.writer, t_.Request(tokens)).value();
+    EXPECT_TRUE(m.swa.has_value());
+    std::vector<std::vector<std::byte>> blocks(m.blocks.size());
+    FetchRequest req;
+    req.match = &m;
+    for (size_t b = 0; b < m.blocks.size(); ++b) {
+      blocks[b].resize(m.blocks[b].payload_bytes);
+      req.block_buffers.emplace_back(blocks[b]);
+    }
+    swa->assign(m.swa.has_value() ? m.swa->entry.payload_bytes : 0, std::byte{0});
+    req.swa_buffer = *swa;
+    req.on_event = [events](const FetchEvent& e) { events->push_back(e); };
+    FetchOutcome out = t_.store->Fetch(t_.writer, req).Wait();
+    EXPECT_TRUE(t_.store->Abort(t_.writer, m.lease).ok());
+    return out;
+  };
+  std::vector<FetchEvent> events;
+  std::vector<std::byte> swa;
+  FetchOutcome out = fetch(&events, &swa);
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.blocks_ready, 4u);
+  EXPECT_TRUE(out.swa_ready);
+  EXPECT_EQ(swa, MakePayload(testing::TinySwaLayout(), 79, 5).bytes);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().type, FetchEvent::Type::kSwaReady);
+  EXPECT_EQ(
+      std::count_if(events.begin(), events.end(),
+                    [](const FetchEvent& e) { return e.type == FetchEvent::Type::kSwaReady; }),
+      1);
+
+  // Block 2's last layer group goes bad: the prefix stops at 2 blocks, short
+  // of the SWA boundary, so the state that was reported is void.
+  auto bytes = t_.store->MutablePayloadForTesting(t_.writer, keys[2], StateKind::kGlobalKv);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() - 1] ^= std::byte{1};
+  events.clear();
+  out = fetch(&events, &swa);
+  EXPECT_EQ(out.status.code(), StatusCode::kChecksumMismatch) << out.status.ToString();
+  EXPECT_EQ(out.blocks_ready, 2u);
+  EXPECT_FALSE(out.swa_ready);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().type, FetchEvent::Type::kSwaReady);
 }
 
 TEST_F(CacheStoreTest, SwaStateAtTheHitBoundaryOrEarlier) {

@@ -1747,7 +1747,35 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     out.bytes += hb;
   }
 
-  // 3. Bodies, layer group by layer group across blocks, so layer group 0
+  // 3. The SWA state first: a worker needs it, with layer group 0, before
+  // it runs layer 0, so it must not wait behind every block's body. It is
+  // only good with the prefix under it: a body that fails later, short of
+  // its boundary, voids it (out.swa_ready below).
+  auto prefix_intact = [&] {
+    return usable == n || usable >= (want_swa ? match.swa->boundary_blocks : 0);
+  };
+  bool swa_verified = false;
+  if (swa_ref.entry != nullptr && (swa_ref.entry->key.chain != match.swa->entry.key ||
+                                   swa_ref.entry->payload_bytes > req.swa_buffer.size())) {
+    if (status.ok()) status = InvalidArgument("SWA entry does not match the lease");
+  } else if (swa_ref.entry != nullptr && prefix_intact()) {
+    Entry* e = swa_ref.entry;
+    const Layout* layout = s.FindLayout(e->layout_id);
+    std::memcpy(req.swa_buffer.data(), s.arena->Bytes(e->extent, e->payload_bytes).data(),
+                e->payload_bytes);
+    Status st = VerifyPayload(*layout, req.swa_buffer.first(e->payload_bytes), e->checksum);
+    if (st.ok()) {
+      swa_verified = true;
+      if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
+    } else {
+      corrupt.push_back(e);
+      if (status.ok()) status = st;
+    }
+  } else if (want_swa && swa_ref.entry == nullptr && status.ok()) {
+    status = NotFound("SWA state is no longer stored");
+  }
+
+  // 4. Bodies, layer group by layer group across blocks, so layer group 0
   // of the whole prefix is usable before group 1 starts.
   std::vector<VerifiedCopy> copies(usable);
   for (uint32_t b = 0; b < usable; ++b) {
@@ -1768,29 +1796,9 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
                                   std::to_string(failure->group) + " fails its checksum"));
   }
   out.blocks_ready = usable;
-
-  // 4. The SWA state, when the prefix it belongs to arrived whole.
-  // The SWA state is useless past a prefix that a failure cut short.
-  const bool prefix_intact = usable == n || usable >= (want_swa ? match.swa->boundary_blocks : 0);
-  if (swa_ref.entry != nullptr && (swa_ref.entry->key.chain != match.swa->entry.key ||
-                                   swa_ref.entry->payload_bytes > req.swa_buffer.size())) {
-    if (status.ok()) status = InvalidArgument("SWA entry does not match the lease");
-  } else if (swa_ref.entry != nullptr && prefix_intact) {
-    Entry* e = swa_ref.entry;
-    const Layout* layout = s.FindLayout(e->layout_id);
-    std::memcpy(req.swa_buffer.data(), s.arena->Bytes(e->extent, e->payload_bytes).data(),
-                e->payload_bytes);
-    Status st = VerifyPayload(*layout, req.swa_buffer.first(e->payload_bytes), e->checksum);
-    if (st.ok()) {
-      out.swa_ready = true;
-      out.bytes += e->payload_bytes;
-      if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
-    } else {
-      corrupt.push_back(e);
-      if (status.ok()) status = st;
-    }
-  } else if (want_swa && status.ok()) {
-    status = NotFound("SWA state is no longer stored");
+  if (swa_verified && prefix_intact()) {
+    out.swa_ready = true;
+    out.bytes += swa_ref.entry->payload_bytes;
   }
 
   // 5. Let go, and drop whatever failed verification: never serve it again.

@@ -225,15 +225,28 @@ TEST_F(ClusterStoreTest, RoundTripThroughTheClusterUri) {
   EXPECT_EQ(f.swa, p.swa.bytes);
   std::set<uint32_t> ready;
   size_t groups_done = 0;
-  for (const FetchEvent& e : f.events) {
+  size_t swa_reported = 0;
+  size_t swa_at = 0;
+  size_t last_group_at = 0;
+  for (size_t i = 0; i < f.events.size(); ++i) {
+    const FetchEvent& e = f.events[i];
     if (e.type == FetchEvent::Type::kBlockReady) ready.insert(e.block);
     if (e.type == FetchEvent::Type::kLayerGroupDone) {
       EXPECT_EQ(e.group, groups_done++);  // in order, once each
       EXPECT_EQ(e.block, 24u);
+      last_group_at = i;
+    }
+    if (e.type == FetchEvent::Type::kSwaReady) {
+      ++swa_reported;
+      swa_at = i;
     }
   }
   EXPECT_EQ(ready.size(), 24u);
   EXPECT_EQ(groups_done, GlobalKv().groups.size());
+  // The SWA state, once, as soon as its node verified it: ahead of the
+  // prefix's last layer group (that node sends it before its blocks).
+  EXPECT_EQ(swa_reported, 1u);
+  EXPECT_LT(swa_at, last_group_at);
   EXPECT_TRUE(store.Abort(m->lease).ok());
   EXPECT_TRUE(store.Abort(m->lease).ok());  // twice is fine
   EXPECT_EQ(store.RenewLease(m->lease, Seconds(1)).code(), StatusCode::kLeaseExpired);

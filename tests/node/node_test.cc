@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <set>
@@ -82,6 +83,14 @@ void RoundTrip(const NodeProcess& node, const std::string& mode, uint32_t seed) 
   EXPECT_EQ(group_ready, 4 * GlobalKv().groups.size());
   ASSERT_EQ(layer_groups.size(), GlobalKv().groups.size());
   for (size_t g = 0; g < layer_groups.size(); ++g) EXPECT_EQ(layer_groups[g], g);
+  // The SWA state first, once: a worker needs it, with layer group 0,
+  // before it runs layer 0.
+  ASSERT_FALSE(f.events.empty());
+  EXPECT_EQ(f.events.front().type, FetchEvent::Type::kSwaReady);
+  EXPECT_EQ(
+      std::count_if(f.events.begin(), f.events.end(),
+                    [](const FetchEvent& e) { return e.type == FetchEvent::Type::kSwaReady; }),
+      1);
   EXPECT_TRUE(store->Abort(m->lease).ok());
   EXPECT_EQ(NodeStats(node).read_leases(), 0u);
 }

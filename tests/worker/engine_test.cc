@@ -625,6 +625,46 @@ TEST_F(StoreFaultTest, FlippedPayloadBitIsCaughtAndRecomputed) {
   ExpectRecomputed(RunOne(Options(store_.get()), Turn2()), /*unreachable=*/false);
 }
 
+// Records the fetch events a real store reports, in order.
+class EventRecordingStore final : public ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  FetchFuture Fetch(const FetchRequest& r) override {
+    FetchRequest tapped = r;
+    tapped.on_event = [this, forward = r.on_event](const FetchEvent& e) {
+      {
+        std::lock_guard lock(mu);
+        events.push_back(e.type);
+      }
+      if (forward) forward(e);
+    };
+    return inner_.Fetch(tapped);
+  }
+  std::mutex mu;
+  std::vector<FetchEvent::Type> events;  // guarded by mu
+};
+
+// The SWA state comes ahead of the bodies, so the worker loads it at layer
+// 0 and only then meets a layer group that fails (block 1's last): the
+// request is recomputed, with the same output, from nothing it loaded.
+TEST_F(StoreFaultTest, SwaLoadedBeforeALaterLayerGroupFailsIsRecomputed) {
+  const std::vector<ChainKey> keys = KeysFor(Turn2());
+  std::span<std::byte> bytes =
+      cache_->MutablePayloadForTesting(kAdmin, keys[1], StateKind::kGlobalKv);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() - 1] ^= std::byte{0x10};  // the last layer group of block 1
+  EventRecordingStore recording(*store_);
+  const RunResult r = RunOne(Options(&recording), Turn2());
+  {
+    std::lock_guard lock(recording.mu);
+    ASSERT_FALSE(recording.events.empty());
+    EXPECT_EQ(recording.events.front(), FetchEvent::Type::kSwaReady)
+        << "the SWA state did not come first: the test no longer covers state loaded and voided";
+  }
+  ExpectRecomputed(r, /*unreachable=*/false);
+  EXPECT_FALSE(r.stats.swa_hit);
+}
+
 TEST_F(StoreFaultTest, CommitResourceExhaustedLosesNothing) {
   auto fresh = NewCacheStore();
   auto inner = Attach(fresh);

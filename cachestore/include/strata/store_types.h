@@ -130,7 +130,11 @@ struct FetchEvent {
     kGroupReady,      // `group` of `block` arrived and passed its checksum
     kLayerGroupDone,  // `group` is ready in every block of the usable prefix
     kBlockReady,      // every group of `block` is ready
-    kSwaReady,        // the SWA state is ready
+    // The SWA state arrived and passed its checksums. It comes ahead of the
+    // bodies (a worker needs it, with layer group 0, before layer 0), so it
+    // is only good with the prefix under it: a fetch that then ends short of
+    // the SWA boundary voids it (FetchOutcome::swa_ready false).
+    kSwaReady,
   };
   Type type;
   uint32_t block = 0;
@@ -149,7 +153,7 @@ struct FetchRequest {
 
 struct FetchOutcome {
   uint32_t blocks_ready = 0;  // usable prefix: blocks [0, blocks_ready) are verified
-  bool swa_ready = false;
+  bool swa_ready = false;     // verified, and the prefix up to its boundary arrived
   uint64_t bytes = 0;
   Status status;  // first failure that cut the prefix short, OK otherwise
 };

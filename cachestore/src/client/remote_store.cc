@@ -672,6 +672,20 @@ class RemoteStore final : public NodeClient {
       headers[b] = std::move(h).value();
       out.bytes += hb;
     }
+    // The SWA state before the bodies (see VerifySwa), when the prefix it
+    // belongs to still stands.
+    const bool swa_ok = want_swa && SwaLeased(match, leased);
+    bool swa_verified = false;
+    if (swa_ok && usable >= leased.swa->boundary_blocks) {
+      const BlockMatch& e = leased.swa->entry;
+      PayloadCheck swa{req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
+      if (const std::byte* src = source(e); src != nullptr) {
+        std::memcpy(swa.bytes.data(), src, e.payload_bytes);
+        swa_verified = VerifySwa(req, swa, status);
+      } else if (status.ok()) {
+        status = Internal("the SWA state's location lies outside the node's arena");
+      }
+    }
     std::vector<VerifiedCopy> copies(usable);
     for (size_t b = 0; b < usable; ++b) {
       copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b],
@@ -685,38 +699,32 @@ class RemoteStore final : public NodeClient {
                                     " fails its checksum"));
     }
     out.blocks_ready = static_cast<uint32_t>(usable);
-    // The SWA state, when the prefix it belongs to arrived whole.
-    const bool swa_ok = want_swa && SwaLeased(match, leased);
-    PayloadCheck swa;
-    bool swa_landed = false;
-    if (swa_ok && usable >= leased.swa->boundary_blocks) {
-      const BlockMatch& e = leased.swa->entry;
-      swa = {req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
-      if (const std::byte* src = source(e); src != nullptr) {
-        std::memcpy(swa.bytes.data(), src, e.payload_bytes);
-        swa_landed = true;
-      } else if (status.ok()) {
-        status = Internal("the SWA state's location lies outside the node's arena");
-      }
-    }
-    FinishSwa(req, leased, want_swa, swa_ok, swa_landed, usable, swa, status, out);
+    FinishSwa(leased, want_swa, swa_ok, swa_verified, usable, status, out);
   }
 
-  // Verifies the SWA state, when it arrived and the prefix it belongs to
-  // arrived whole, and sets the outcome's final status.
-  static void FinishSwa(const FetchRequest& req, const MatchResult& leased, bool want_swa,
-                        bool swa_ok, bool swa_landed, size_t usable, PayloadCheck& p,
-                        Status& status, FetchOutcome& out) {
-    if (swa_ok && swa_landed && usable >= leased.swa->boundary_blocks) {
-      Status st = VerifyHeader(p);
-      for (size_t g = 0; st.ok() && g < p.header->groups.size(); ++g) st = VerifyGroup(p, g);
-      if (st.ok()) {
-        out.swa_ready = true;
-        out.bytes += p.bytes.size();
-        if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
-      } else if (status.ok()) {
-        status = Status(st.code(), "SWA state: " + st.message());
-      }
+  // Verifies the SWA state's bytes as they landed and reports it ready: a
+  // worker needs it, with layer group 0, before it runs layer 0, so it is
+  // read and reported before the bodies, not behind them. It is only good
+  // with the prefix under it; a body that fails later, short of its
+  // boundary, voids it (FinishSwa).
+  static bool VerifySwa(const FetchRequest& req, PayloadCheck& p, Status& status) {
+    Status st = VerifyHeader(p);
+    for (size_t g = 0; st.ok() && g < p.header->groups.size(); ++g) st = VerifyGroup(p, g);
+    if (!st.ok()) {
+      if (status.ok()) status = Status(st.code(), "SWA state: " + st.message());
+      return false;
+    }
+    if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
+    return true;
+  }
+
+  // The SWA state is served when it verified and the prefix it belongs to
+  // arrived whole; sets the outcome's final status.
+  static void FinishSwa(const MatchResult& leased, bool want_swa, bool swa_ok, bool swa_verified,
+                        size_t usable, Status& status, FetchOutcome& out) {
+    if (swa_verified && usable >= leased.swa->boundary_blocks) {
+      out.swa_ready = true;
+      out.bytes += leased.swa->entry.payload_bytes;
     } else if (want_swa && !swa_ok && status.ok()) {
       status = NotFound("SWA state is no longer stored");
     }
@@ -794,17 +802,19 @@ class RemoteStore final : public NodeClient {
         ++piece.count;
       }
     }
-    for (const Piece& piece : pieces) {
-      const Range& head = ranges[piece.first];
-      ops.push_back({leased.lease, head.offset, head.dest,
-                     std::span<const Range>(ranges).subspan(piece.first + 1, piece.count - 1)});
-    }
+    // The SWA state goes first (see VerifySwa).
     if (swa_ok) {
       const BlockMatch& e = leased.swa->entry;
       checks[covered] = {req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
       ops.push_back({leased.lease, e.location, checks[covered].bytes});
       members.push_back(covered);
-      pieces.push_back({members.size() - 1, 1, -1});
+      pieces.insert(pieces.begin(), Piece{members.size() - 1, 1, -1});
+    }
+    for (size_t i = swa_ok ? 1 : 0; i < pieces.size(); ++i) {
+      const Piece& piece = pieces[i];
+      const Range& head = ranges[piece.first];
+      ops.push_back({leased.lease, head.offset, head.dest,
+                     std::span<const Range>(ranges).subspan(piece.first + 1, piece.count - 1)});
     }
 
     // Verification as pieces land. A group that lands before its block's
@@ -862,13 +872,16 @@ class RemoteStore final : public NodeClient {
         verified[b][g] = true;
       }
     };
-    bool swa_landed = false;
+    bool swa_verified = false;
     auto on_done = [&](size_t i, const Status& st) {
       const Piece& piece = pieces[i];
       const std::span<const size_t> payloads(members.data() + piece.first, piece.count);
       if (payloads[0] == covered && swa_ok) {
-        swa_landed = st.ok();
-        if (!st.ok() && status.ok()) status = st;
+        if (!st.ok()) {
+          if (status.ok()) status = st;
+        } else if (usable >= leased.swa->boundary_blocks) {
+          swa_verified = VerifySwa(req, checks[covered], status);
+        }
         return;
       }
       if (!st.ok()) {
@@ -916,9 +929,7 @@ class RemoteStore final : public NodeClient {
       if (req.on_event) req.on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
     }
     out.blocks_ready = static_cast<uint32_t>(usable);
-    PayloadCheck none;
-    FinishSwa(req, leased, want_swa, swa_ok, swa_landed, usable, swa_ok ? checks[covered] : none,
-              status, out);
+    FinishSwa(leased, want_swa, swa_ok, swa_verified, usable, status, out);
   }
 
   std::unique_ptr<v1::CacheStore::Stub> stub_;

@@ -190,11 +190,27 @@ class FetchEvents {
     return group < groups_[block].size() && groups_[block][group];
   }
 
+  // The SWA state verified on the node that served it: reported at once,
+  // ahead of the bodies (a worker needs it before layer 0), and once.
+  void Swa() {
+    if (!sink_) return;
+    std::lock_guard lock(mu_);
+    if (swa_reported_) return;
+    swa_reported_ = true;
+    sink_({FetchEvent::Type::kSwaReady, 0, 0});
+  }
+  // Whether the caller may be reading the SWA buffer already: it must not
+  // be written again.
+  bool SwaReported() {
+    std::lock_guard lock(mu_);
+    return swa_reported_;
+  }
+
   void Finish(size_t usable, bool swa_ready) {
     if (!sink_) return;
     std::lock_guard lock(mu_);
     AnnounceLocked(usable);
-    if (swa_ready) sink_({FetchEvent::Type::kSwaReady, 0, 0});
+    if (swa_ready && !swa_reported_) sink_({FetchEvent::Type::kSwaReady, 0, 0});
   }
 
  private:
@@ -212,6 +228,7 @@ class FetchEvents {
   std::mutex mu_;
   std::vector<std::vector<bool>> groups_;
   uint32_t announced_ = 0;
+  bool swa_reported_ = false;
 };
 
 class ClusterStore final : public Store {
@@ -1160,7 +1177,8 @@ class ClusterStore final : public Store {
         if (events.AnyGroup(b)) scratch[b].resize(req.block_buffers[b].size());
         s.buffers.push_back(scratch[b].empty() ? req.block_buffers[b] : scratch[b]);
       }
-      if (!swa_done && next_swa < swa_candidates.size()) {
+      // Never again into a buffer the caller may be reading.
+      if (!swa_done && !events.SwaReported() && next_swa < swa_candidates.size()) {
         const Holder& h = *swa_candidates[next_swa++];
         SubFetch& s = sub_for(h);
         // Boundary 0: the node fetches it whatever its share of the prefix;
@@ -1178,6 +1196,10 @@ class ClusterStore final : public Store {
           sub.block_buffers = s.buffers;
           if (s.swa) sub.swa_buffer = req.swa_buffer;
           sub.on_event = [&s, &events, &scratch](const FetchEvent& e) {
+            if (e.type == FetchEvent::Type::kSwaReady) {
+              if (s.swa) events.Swa();
+              return;
+            }
             // Blocks going to scratch are reported once copied over.
             if (e.block >= s.positions.size() || !scratch[s.positions[e.block]].empty()) return;
             if (e.type == FetchEvent::Type::kGroupReady)
@@ -1224,7 +1246,7 @@ class ClusterStore final : public Store {
           break;
         }
       }
-      const bool swa_left = !swa_done && next_swa < swa_candidates.size();
+      const bool swa_left = !swa_done && !events.SwaReported() && next_swa < swa_candidates.size();
       if (missing == n && !swa_left) break;
       if (SteadyClock().Now() + call_timeout_ > deadline) {
         if (missing < n) {
