@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -158,6 +160,74 @@ Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions&
   const double gbps = TimedWindow(o.seconds, go, stop, bytes, clients);
   if (failed) return Internal("node fetch: " + error);
   return gbps;
+}
+
+// An SWA-hit fetch of `prompt` (its SWA state committed at its end), timed
+// from its start to when a worker could run layer 0 (layer group 0 of every
+// block and the SWA state verified) and to its end. Medians, ms.
+struct Layer0Timing {
+  double layer0_ms = 0;
+  double whole_ms = 0;
+};
+Result<Layer0Timing> MeasureLayer0Ready(const NodeProcess& node, std::span<const uint32_t> prompt,
+                                        uint32_t fetches) {
+  ClientOptions co;
+  co.token = kTokenA.token;
+  auto store = OpenStore(node.uri(), co);
+  if (!store.ok()) return store.status();
+  MatchRequest req;
+  req.model_id = BenchModel();
+  req.tokens = prompt;
+  req.take_lease = false;
+  auto m = (*store)->Match(req);
+  if (!m.ok()) return m.status();
+  const Layout swa_layout = MakeSwaLayout(kV41SwaLayoutId);
+  const SealedBlock swa = MakeBlock(swa_layout, 999);
+  CommitPayload c;
+  c.block = {m->prefix_key, StateKind::kSwaState, kV41SwaLayoutId, swa.bytes.size(), std::nullopt};
+  c.bytes = swa.bytes;
+  c.checksum = swa.checksum;
+  auto committed = (*store)->Commit(BenchModel(), std::span(&c, 1));
+  if (!committed.ok()) return committed.status();
+  if (committed->published != 1) return committed->blocks.front();
+
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<std::byte> swa_buffer(swa.bytes.size());
+  std::vector<double> layer0_ms, whole_ms;
+  req.take_lease = true;
+  for (uint32_t i = 0; i < fetches; ++i) {
+    auto hit = (*store)->Match(req);
+    if (!hit.ok()) return hit.status();
+    if (!hit->swa.has_value()) return Internal("the SWA state did not match");
+    buffers.resize(hit->blocks.size());
+    FetchRequest fetch;
+    fetch.match = &*hit;
+    for (size_t b = 0; b < hit->blocks.size(); ++b) {
+      buffers[b].resize(hit->blocks[b].payload_bytes);
+      fetch.block_buffers.emplace_back(buffers[b]);
+    }
+    fetch.swa_buffer = swa_buffer;
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::time_point> swa_at, group0_at;
+    fetch.on_event = [&](const FetchEvent& e) {
+      const auto now = std::chrono::steady_clock::now();
+      if (e.type == FetchEvent::Type::kSwaReady && !swa_at) swa_at = now;
+      if (e.type == FetchEvent::Type::kLayerGroupDone && e.group == 0 && !group0_at) {
+        group0_at = now;
+      }
+    };
+    const FetchOutcome out = (*store)->Fetch(fetch).Wait();
+    const auto end = std::chrono::steady_clock::now();
+    (*store)->Release(hit->lease);
+    if (!out.status.ok()) return out.status;
+    if (!out.swa_ready || !swa_at || !group0_at) return Internal("the SWA-hit fetch fell short");
+    auto ms = [&](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(t - start).count();
+    };
+    layer0_ms.push_back(ms(std::max(*swa_at, *group0_at)));
+    whole_ms.push_back(ms(end));
+  }
+  return Layer0Timing{Median(layer0_ms), Median(whole_ms)};
 }
 
 Result<std::pair<double, double>> MeasureMatch(const NodeProcess& node, const NodeBenchOptions& o,
@@ -389,6 +459,7 @@ int RunNodeBench(const NodeBenchOptions& options) {
   std::vector<double> raw_variant_runs[2][2];  // [phase][rendezvous, eager]
   double match_p50 = 0, match_p99 = 0, hash_p50 = 0;
   double shm_single_gbps = 0;  // one copying thread
+  Layer0Timing layer0[2];
   const char* tls[2] = {kShmTls, kTcpTls};
   for (int phase = 0; phase < 2; ++phase) {
     std::fprintf(stderr, "strata-bench node: through strata-node over %s...\n",
@@ -411,6 +482,11 @@ int RunNodeBench(const NodeBenchOptions& options) {
         if (!st.ok()) return fail("commit", st);
       }
     }
+    std::fprintf(stderr, "strata-bench node: layer 0 of an SWA hit over %s...\n",
+                 phase == 0 ? "shared memory" : "TCP");
+    auto layer0_run = MeasureLayer0Ready(*node, prompts[0], 20);
+    if (!layer0_run.ok()) return fail("SWA-hit fetch", layer0_run.status());
+    layer0[phase] = *layer0_run;
     // Raw UCX and the node in turn; the ratio is the median of the pairs'.
     std::vector<double> raw_runs, node_runs, ratios;
     for (uint32_t r = 0; r < o.repeats; ++r) {
@@ -466,6 +542,14 @@ int RunNodeBench(const NodeBenchOptions& options) {
               "node tcp = " + Fixed(fetch_gbps[1] / redis_tcp, 2) + "x (target >= 1.5)");
     table.Add("redis GET over unix socket", Fixed(redis_unix, 2) + " GB/s",
               "node shm = " + Fixed(fetch_gbps[0] / redis_unix, 2) + "x (target >= 3)");
+  }
+  for (int phase = 0; phase < 2; ++phase) {
+    const std::string name = phase == 0 ? "shm" : "tcp";
+    table.Add(name + ": SWA hit, layer 0 ready", Fixed(layer0[phase].layer0_ms, 2) + " ms",
+              Fixed(layer0[phase].layer0_ms / layer0[phase].whole_ms, 2) + "x the whole fetch (" +
+                  Fixed(layer0[phase].whole_ms, 2) + " ms)");
+    json.Add(name + "_swa_hit_layer0_ms", layer0[phase].layer0_ms);
+    json.Add(name + "_swa_hit_fetch_ms", layer0[phase].whole_ms);
   }
   table.Add("match p50, " + std::to_string(o.match_tokens) + " tokens", Fixed(match_p50, 1) + " us",
             "hashing alone: " + Fixed(hash_p50, 1) + " us");
