@@ -189,7 +189,8 @@ Result<Layer0Timing> MeasureLayer0Ready(const NodeProcess& node, std::span<const
   c.checksum = swa.checksum;
   auto committed = (*store)->Commit(BenchModel(), std::span(&c, 1));
   if (!committed.ok()) return committed.status();
-  if (committed->published != 1) return committed->blocks.front();
+  // Already there (a second run on one node) is as good.
+  if (!committed->blocks.front().ok()) return committed->blocks.front();
 
   std::vector<std::vector<std::byte>> buffers;
   std::vector<std::byte> swa_buffer(swa.bytes.size());

@@ -26,9 +26,11 @@ using internal::SteadyNow;
 
 // Callers on any thread drive the worker, one at a time (Impl::mu).
 constexpr ucs_thread_mode_t kThreadMode = UCS_THREAD_MODE_SERIALIZED;
-// What a call whose bytes have all arrived still spends on handing over its
-// acknowledgements (normally microseconds), whatever its deadline.
-constexpr Nanos kAckFlushBudget = kNanosPerSecond / 10;
+// What a call whose bytes have all arrived spends on handing over its
+// acknowledgements (normally microseconds): until its deadline, but at
+// least kMinAckFlush and at most kMaxAckFlush.
+constexpr Nanos kMinAckFlush = kNanosPerSecond / 10;
+constexpr Nanos kMaxAckFlush = kNanosPerSecond;
 
 struct DataPlaneClient::Impl {
   struct Call;
@@ -400,7 +402,7 @@ struct DataPlaneClient::Impl {
       for (size_t i : call->completed) report(i);
       call->completed.clear();
       if (call->done == call->ops.size() && call->outstanding == 0) {
-        if (call->rendezvous) FlushAcks();
+        if (call->rendezvous) FlushAcks(deadline);
         return first_error;
       }
       if (!ep_failure.ok() || SteadyNow() > deadline) break;
@@ -437,17 +439,19 @@ struct DataPlaneClient::Impl {
   // nothing about them: an idle client would keep the node's sends, and the
   // entries they pin, open until its next call. A flush of the endpoint
   // completes only once everything queued on it went out. The call itself
-  // has succeeded by now (every byte arrived), so the flush gets a short
-  // budget of its own, not the call's deadline: a node that takes nothing
-  // (its worker stalled) must not hold a finished call until its deadline.
-  // Acks still queued then go out with the next call's progress. A flush
-  // that fails or runs out of time changes nothing for this call (a failed
-  // endpoint fails the next one).
-  void FlushAcks() {
+  // has succeeded by now (every byte arrived), so the flush is capped at
+  // kMaxAckFlush: a node that takes nothing (its worker stalled) must not
+  // hold a finished call until a long deadline. Acks still queued then go
+  // out with this client's next call (until then the node's replies stay
+  // open, as they would after any flush cut short). A flush that fails or
+  // runs out of time changes nothing for this call (a failed endpoint
+  // fails the next one).
+  void FlushAcks(Nanos deadline) {
     if (ep == nullptr) return;
     ucp_request_param_t param{};
-    (void)internal::WaitRequest(ucx->worker, ucp_ep_flush_nbx(ep, &param),
-                                SteadyNow() + kAckFlushBudget,
+    const Nanos now = SteadyNow();
+    const Nanos until = std::clamp(deadline, now + kMinAckFlush, now + kMaxAckFlush);
+    (void)internal::WaitRequest(ucx->worker, ucp_ep_flush_nbx(ep, &param), until,
                                 "flushing acknowledgements to the node");
   }
 
