@@ -243,6 +243,11 @@ struct CacheStore::Impl {
     while (true) {
       wb_cv.wait(lock, [&] { return wb_stopping || !wb_queue.empty(); });
       if (wb_queue.empty()) return;  // stopping, and drained
+      if (before_write_back) {       // before the batch is taken: a test's gate holds all it queues
+        lock.unlock();
+        before_write_back();
+        lock.lock();
+      }
       std::vector<EntryRef> batch;
       while (!wb_queue.empty() && batch.size() < opts.ssd_writeback_batch) {
         batch.push_back(wb_queue.front());
@@ -265,7 +270,6 @@ struct CacheStore::Impl {
   // that passes every later check (and a DRAM checksum failure deliberately
   // keeps the SSD copy, as the good one).
   void WriteBack(const std::vector<EntryRef>& batch) {
-    if (before_write_back) before_write_back();
     std::vector<EntryRef> pinned;
     std::vector<SsdWrite> writes;
     {

@@ -265,8 +265,9 @@ class CacheStore {
   // SSD tier and before they take the store's structure lock. Set it before
   // any call that could run it.
   void SetAfterSsdScanHookForTesting(std::function<void()> hook);
-  // Test hook: runs on the write-back thread before each batch is pinned
-  // and verified. Set it before any commit.
+  // Test hook: runs on the write-back thread before it takes each batch
+  // from its queue (so what is queued while it runs joins that batch, up to
+  // ssd_writeback_batch). Set it before any commit.
   void SetBeforeWriteBackHookForTesting(std::function<void()> hook);
   // Test hook: runs on the write-back thread once a batch is on the SSD
   // tier, before the copies of entries deleted meanwhile are erased.
