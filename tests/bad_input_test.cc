@@ -131,6 +131,25 @@ TEST_F(BadInputTest, FetchRejectsMalformedRequests) {
   EXPECT_EQ(t_.store->Fetch(t_.writer, req).Wait().status.code(), StatusCode::kInvalidArgument);
   req.block_buffers = {ok, ok, ok};  // more blocks than matched
   EXPECT_EQ(t_.store->Fetch(t_.writer, req).Wait().status.code(), StatusCode::kInvalidArgument);
+  // An SWA state without the prefix under it is no use to anyone: the state
+  // after block 2 needs blocks 0 and 1 fetched with it.
+  const auto keys = t_.Keys(tokens, t_.writer);
+  ASSERT_TRUE(t_.CommitSwa(keys[1], 7, t_.writer).ok());
+  expected_used_ = t_.store->Stats().used_bytes;
+  auto with_swa = t_.store->Match(t_.writer, t_.Request(tokens)).value();
+  ASSERT_TRUE(with_swa.swa.has_value());
+  std::vector<std::byte> swa(with_swa.swa->entry.payload_bytes);
+  FetchRequest swa_req;
+  swa_req.match = &with_swa;
+  swa_req.swa_buffer = swa;
+  for (std::span<std::byte> blocks : {std::span<std::byte>(), std::span<std::byte>(ok)}) {
+    swa_req.block_buffers.clear();
+    if (!blocks.empty()) swa_req.block_buffers.push_back(blocks);
+    const FetchOutcome out = t_.store->Fetch(t_.writer, swa_req).Wait();
+    EXPECT_EQ(out.status.code(), StatusCode::kInvalidArgument) << out.status.ToString();
+    EXPECT_FALSE(out.swa_ready);
+  }
+  EXPECT_TRUE(t_.store->Abort(t_.writer, with_swa.lease).ok());
   // A lease id that was never granted is not a way in.
   MatchResult forged = m;
   forged.lease = 12345;

@@ -755,11 +755,19 @@ TEST_F(CacheStoreTest, SwaStateAtTheHitBoundaryOrEarlier) {
   auto m2 = t_.store->Match(t_.writer, t_.Request(tokens)).value();
   EXPECT_EQ(m2.swa->boundary_blocks, 4u);
 
+  // The state after block 2 comes with blocks 0 and 1.
   std::vector<std::byte> swa(m.swa->entry.payload_bytes);
+  std::vector<std::vector<std::byte>> blocks(2);
   FetchRequest req;
   req.match = &m;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    blocks[b].resize(m.blocks[b].payload_bytes);
+    req.block_buffers.emplace_back(blocks[b]);
+  }
   req.swa_buffer = swa;
   FetchOutcome out = t_.store->Fetch(t_.writer, req).Wait();
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.blocks_ready, 2u);
   EXPECT_TRUE(out.swa_ready);
   EXPECT_EQ(swa, MakePayload(testing::TinySwaLayout(), 77, 5).bytes);
   EXPECT_TRUE(t_.store->Abort(t_.writer, m.lease).ok());

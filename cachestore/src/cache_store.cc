@@ -1589,22 +1589,10 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     return FetchFuture::Ready(std::move(out));
   };
   if (Status st = CheckCaller(caller, Role::kRead); !st.ok()) return fail(st);
-  if (req.match == nullptr) return fail(InvalidArgument("fetch needs a match result"));
+  bool want_swa = false;
+  if (Status st = CheckFetchRequest(req, &want_swa); !st.ok()) return fail(st);
   const MatchResult& match = *req.match;
   const size_t n = req.block_buffers.size();
-  if (n > match.blocks.size()) {
-    return fail(InvalidArgument("fetch of " + std::to_string(n) + " blocks, match has " +
-                                std::to_string(match.blocks.size())));
-  }
-  for (size_t b = 0; b < n; ++b) {
-    if (req.block_buffers[b].size() < match.blocks[b].payload_bytes) {
-      return fail(InvalidArgument("buffer for block " + std::to_string(b) + " is too small"));
-    }
-  }
-  const bool want_swa = !req.swa_buffer.empty() && match.swa.has_value();
-  if (want_swa && req.swa_buffer.size() < match.swa->entry.payload_bytes) {
-    return fail(InvalidArgument("SWA buffer is too small"));
-  }
   if (n == 0 && !want_swa) return FetchFuture::Ready(std::move(out));  // nothing asked for
   const Nanos start = s.clock->Now();
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
@@ -1755,9 +1743,7 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   // it runs layer 0, so it must not wait behind every block's body. It is
   // only good with the prefix under it: a body that fails later, short of
   // its boundary, voids it (out.swa_ready below).
-  auto prefix_intact = [&] {
-    return usable == n || usable >= (want_swa ? match.swa->boundary_blocks : 0);
-  };
+  auto prefix_intact = [&] { return want_swa && usable >= match.swa->boundary_blocks; };
   bool swa_verified = false;
   if (swa_ref.entry != nullptr && (swa_ref.entry->key.chain != match.swa->entry.key ||
                                    swa_ref.entry->payload_bytes > req.swa_buffer.size())) {

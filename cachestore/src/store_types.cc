@@ -67,6 +67,14 @@ Status CheckFetchRequest(const FetchRequest& req, bool* want_swa) {
   if (*want_swa && req.swa_buffer.size() < match.swa->entry.payload_bytes) {
     return InvalidArgument("SWA buffer is too small");
   }
+  // The state is only good with the prefix under it (DESIGN §3), so it
+  // comes with that prefix or not at all.
+  if (*want_swa && n < match.swa->boundary_blocks) {
+    return InvalidArgument(
+        "the SWA state after block " + std::to_string(match.swa->boundary_blocks) +
+        " needs those " + std::to_string(match.swa->boundary_blocks) + " blocks fetched with it (" +
+        std::to_string(n) + " asked for); pass no SWA buffer to skip it");
+  }
   return Status::Ok();
 }
 

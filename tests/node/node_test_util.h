@@ -152,6 +152,18 @@ inline Fetched FetchAll(Store& store, const MatchResult& m) {
   return f;
 }
 
+// Asks for the match's SWA state with only its first block: refused (the
+// state is only good with the prefix under it), whatever the store.
+inline FetchOutcome FetchSwaWithoutItsPrefix(Store& store, const MatchResult& m) {
+  std::vector<std::byte> block(m.blocks.at(0).payload_bytes);
+  std::vector<std::byte> swa(m.swa.value().entry.payload_bytes);
+  FetchRequest req;
+  req.match = &m;
+  req.block_buffers = {block};
+  req.swa_buffer = swa;
+  return store.Fetch(req).Wait();
+}
+
 // A raw control-plane call with a token (nullptr: none).
 template <typename Fn>
 Status RawCall(const NodeProcess& node, const char* token, Fn fn) {

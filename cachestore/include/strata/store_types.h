@@ -146,7 +146,9 @@ struct FetchRequest {
   // One buffer per block to fetch (a prefix of match->blocks), each at least
   // that block's payload_bytes.
   std::vector<std::span<std::byte>> block_buffers;
-  std::span<std::byte> swa_buffer;  // empty: skip the SWA state
+  // The match's SWA state, which needs the blocks up to its boundary in
+  // block_buffers (it is only good with that prefix); empty: skip it.
+  std::span<std::byte> swa_buffer;
   // Called as bytes become usable, from the thread doing the transfer.
   std::function<void(const FetchEvent&)> on_event;
 };
@@ -165,8 +167,9 @@ struct FetchOutcome {
 Status CheckMatchOptions(uint32_t block_tokens, Nanos lease_ttl, size_t blocks);
 
 // The argument checks every Store::Fetch makes: a match, no more buffers
-// than hit blocks, each big enough, and an SWA buffer that fits. Sets
-// *want_swa (an SWA buffer was given and the match has SWA state).
+// than hit blocks, each big enough, and an SWA buffer that fits, with the
+// blocks up to the SWA boundary asked for too. Sets *want_swa (an SWA
+// buffer was given and the match has SWA state).
 Status CheckFetchRequest(const FetchRequest& req, bool* want_swa);
 
 // The body half of a verified fetch, for a store that can address the
