@@ -414,17 +414,26 @@ TEST_F(NodeTest, LeasesRenewAndExpireAcrossTheWire) {
 // a read lease from Match and a write lease (with its reservations) from
 // the Reserve of a commit. In-process node: the hook holds the handler
 // between the grant and its answer until the client has given up.
-TEST(NodeInProcessTest, ALeaseGrantedToAClientThatGaveUpEndsAtOnce) {
-  const std::string dir = TempDir("node-gave-up");
+// A node in this process, for its test hooks, with kTokenA as its one
+// (writing) tenant.
+Result<std::unique_ptr<Node>> StartInProcessNode(const std::string& dir,
+                                                 Nanos shutdown_grace = Seconds(10)) {
   NodeConfig c;
   c.listen = "127.0.0.1:0";
   c.http_listen = "";
   c.dram_bytes = 64ull << 20;
+  c.shutdown_grace = shutdown_grace;
   c.tokens_file = dir + "/tokens";
   std::ofstream(c.tokens_file) << HashToken(kTokenA.token) << " " << kTokenA.ns << " write\n";
-  auto node = Node::Start(c);
+  return Node::Start(c);
+}
+std::string TargetOf(const Node& node) { return "127.0.0.1:" + std::to_string(node.grpc_port()); }
+
+TEST(NodeInProcessTest, ALeaseGrantedToAClientThatGaveUpEndsAtOnce) {
+  const std::string dir = TempDir("node-gave-up");
+  auto node = StartInProcessNode(dir);
   ASSERT_TRUE(node.ok()) << node.status().ToString();
-  const std::string uri = "strata://127.0.0.1:" + std::to_string((*node)->grpc_port());
+  const std::string uri = "strata://" + TargetOf(**node);
   ClientOptions patient;
   patient.token = kTokenA.token;
   auto store = OpenStore(uri, patient);
@@ -489,6 +498,53 @@ TEST(NodeInProcessTest, ALeaseGrantedToAClientThatGaveUpEndsAtOnce) {
   CommitAll(**store, fresh, /*with_swa=*/false);
   store->reset();
   impatient->reset();
+  node->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A Reserve that passed its draining check just before a stop began may
+// still be granted: the stop waits for it, and for its writes and Publish,
+// before it drains the data plane, so that commit is kept. The hook holds
+// the Reserve between its check and its grant until the stop has begun.
+TEST(NodeInProcessTest, AStopWaitsForAReserveBetweenItsDrainingCheckAndItsGrant) {
+  const std::string dir = TempDir("node-stop-reserve");
+  auto node = StartInProcessNode(dir, Seconds(60));
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  const std::string target = TargetOf(**node);
+  ClientOptions o;
+  o.token = kTokenA.token;
+  o.timeout = Seconds(60);
+  auto store = OpenStore("strata://" + target, o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const Prompt p = MakePrompt(**store, 3, 81);
+  std::promise<void> held, go;
+  std::shared_future<void> released = go.get_future().share();
+  std::atomic<bool> armed{true};
+  (*node)->SetBeforeReserveHookForTesting([&] {
+    if (!armed.exchange(false)) return;
+    held.set_value();
+    (void)released.wait_for(std::chrono::seconds(60));
+  });
+  auto commit = std::async(std::launch::async,
+                           [&] { return (*store)->Commit(TestModel(), Payloads(p, 0, 3, false)); });
+  ASSERT_EQ(held.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the hook did not hold the reserve";
+  std::thread stop([&] { (*node)->Shutdown(); });
+  bool draining = false;
+  for (int i = 0; i < 3000 && !draining; ++i) {
+    draining = NodeStats(target).draining();
+    if (!draining) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(draining) << "the stop did not begin";
+  go.set_value();
+  const Result<PublishResult> committed = commit.get();
+  stop.join();
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  EXPECT_EQ(committed->published, 3u);
+  const StoreStats st = (*node)->store().Stats();
+  EXPECT_EQ(st.global_kv_entries, 3u);
+  EXPECT_EQ(st.write_leases, 0u);
+  store->reset();
   node->reset();
   std::filesystem::remove_all(dir);
 }

@@ -164,10 +164,10 @@ inline FetchOutcome FetchSwaWithoutItsPrefix(Store& store, const MatchResult& m)
   return store.Fetch(req).Wait();
 }
 
-// A raw control-plane call with a token (nullptr: none).
+// A raw control-plane call to host:port with a token (nullptr: none).
 template <typename Fn>
-Status RawCall(const NodeProcess& node, const char* token, Fn fn) {
-  auto channel = grpc::CreateChannel(node.target(), grpc::InsecureChannelCredentials());
+Status RawCall(const std::string& target, const char* token, Fn fn) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   if (token != nullptr) ctx.AddMetadata("authorization", std::string("Bearer ") + token);
@@ -179,13 +179,21 @@ Status RawCall(const NodeProcess& node, const char* token, Fn fn) {
   return {StatusCode::kUnavailable, st.error_message()};
 }
 
-inline v1::StatsResponse NodeStats(const NodeProcess& node, const char* token = kTokenA.token) {
+template <typename Fn>
+Status RawCall(const NodeProcess& node, const char* token, Fn fn) {
+  return RawCall(node.target(), token, fn);
+}
+
+inline v1::StatsResponse NodeStats(const std::string& target, const char* token = kTokenA.token) {
   v1::StatsResponse resp;
-  Status st = RawCall(node, token, [&](auto channel, grpc::ClientContext* ctx) {
+  Status st = RawCall(target, token, [&](auto channel, grpc::ClientContext* ctx) {
     return v1::CacheStore::NewStub(channel)->Stats(ctx, v1::StatsRequest(), &resp);
   });
   EXPECT_TRUE(st.ok()) << st.ToString();
   return resp;
+}
+inline v1::StatsResponse NodeStats(const NodeProcess& node, const char* token = kTokenA.token) {
+  return NodeStats(node.target(), token);
 }
 
 }  // namespace strata::testing

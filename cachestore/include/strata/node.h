@@ -109,6 +109,9 @@ class Node {
   // Set it before the calls it is meant for.
   void SetAfterLeaseGrantHookForTesting(
       std::function<void(const std::function<bool()>& caller_left)> hook);
+  // Test hook: runs in the Reserve handler after its draining check, before
+  // the store grants the reservation. Set it before the calls it is meant for.
+  void SetBeforeReserveHookForTesting(std::function<void()> hook);
 
  private:
   struct Impl;

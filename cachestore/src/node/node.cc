@@ -397,5 +397,8 @@ void Node::SetAfterLeaseGrantHookForTesting(
     std::function<void(const std::function<bool()>& caller_left)> hook) {
   impl_->state.after_lease_grant = std::move(hook);
 }
+void Node::SetBeforeReserveHookForTesting(std::function<void()> hook) {
+  impl_->state.before_reserve = std::move(hook);
+}
 
 }  // namespace strata

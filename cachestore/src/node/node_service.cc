@@ -287,6 +287,7 @@ grpc::Status CacheStoreService::Reserve(grpc::ServerContext* ctx, const v1::Rese
     s_.reserves_admitting.fetch_add(1);
     Result<Reservation> r = [&]() -> Result<Reservation> {
       if (s_.draining.load()) return Unavailable("node " + s_.node_id + " is draining");
+      if (s_.before_reserve) s_.before_reserve();
       ModelId model;
       std::vector<CommitBlock> blocks;
       Nanos ttl = 0;

@@ -68,6 +68,8 @@ struct NodeState {
   // lease, before the handler checks that the caller is still there (what
   // `caller_left` tells).
   std::function<void(const std::function<bool()>& caller_left)> after_lease_grant;
+  // Test hook: runs in Reserve between its draining check and the grant.
+  std::function<void()> before_reserve;
   // For the uptime in Stats: the state is made when the node starts.
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
