@@ -1181,7 +1181,8 @@ class ClusterStore final : public Store {
       if (!swa_done && !events.SwaReported() && next_swa < swa_candidates.size()) {
         const Holder& h = *swa_candidates[next_swa++];
         SubFetch& s = sub_for(h);
-        // Boundary 0: the node fetches it whatever its share of the prefix;
+        // Boundary 0: the node fetches it whatever its share of the prefix
+        // (CheckFetchRequest asks for the blocks up to the boundary);
         // whether it belongs to the usable prefix is decided here.
         s.match.swa = SwaMatch{0, h.block};
         s.swa = true;
@@ -1270,9 +1271,8 @@ class ClusterStore final : public Store {
       out.swa_ready = swa_done && usable >= match.swa->boundary_blocks;
       if (out.swa_ready) {
         out.bytes += match.swa->entry.payload_bytes;
-      } else if (out.status.ok()) {
-        out.status = swa_done ? NotFound("SWA state lies beyond the fetched prefix")
-                              : Status(swa_why.code(), "SWA state: " + swa_why.message());
+      } else if (out.status.ok()) {  // arrived, it falls only with the prefix, already reported
+        out.status = Status(swa_why.code(), "SWA state: " + swa_why.message());
       }
     }
     events.Finish(usable, out.swa_ready);
