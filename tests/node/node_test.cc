@@ -4,6 +4,7 @@
 // holds leases, abort after a partial write, SIGTERM during transfers and a
 // restart, tenant isolation, credentials, request limits, the admin calls,
 // /metrics and /healthz, and many concurrent clients.
+#include <absl/cleanup/cleanup.h>
 #include <arpa/inet.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -408,12 +409,6 @@ TEST_F(NodeTest, LeasesRenewAndExpireAcrossTheWire) {
   EXPECT_EQ(NodeStats(*node_).read_leases(), 0u);
 }
 
-// A client whose call ends (here: its deadline passes) before the node's
-// answer leaves never learns the lease the node granted it. The node ends
-// that lease at once instead of letting it pin the entries until its TTL:
-// a read lease from Match and a write lease (with its reservations) from
-// the Reserve of a commit. In-process node: the hook holds the handler
-// between the grant and its answer until the client has given up.
 // A node in this process, for its test hooks, with kTokenA as its one
 // (writing) tenant.
 Result<std::unique_ptr<Node>> StartInProcessNode(const std::string& dir,
@@ -429,6 +424,12 @@ Result<std::unique_ptr<Node>> StartInProcessNode(const std::string& dir,
 }
 std::string TargetOf(const Node& node) { return "127.0.0.1:" + std::to_string(node.grpc_port()); }
 
+// A client whose call ends (here: its deadline passes) before the node's
+// answer leaves never learns the lease the node granted it. The node ends
+// that lease at once instead of letting it pin the entries until its TTL:
+// a read lease from Match and a write lease (with its reservations) from
+// the Reserve of a commit. In-process node: the hook holds the handler
+// between the grant and its answer until the client has given up.
 TEST(NodeInProcessTest, ALeaseGrantedToAClientThatGaveUpEndsAtOnce) {
   const std::string dir = TempDir("node-gave-up");
   auto node = StartInProcessNode(dir);
@@ -529,14 +530,7 @@ TEST(NodeInProcessTest, AStopWaitsForAReserveBetweenItsDrainingCheckAndItsGrant)
                            [&] { return (*store)->Commit(TestModel(), Payloads(p, 0, 3, false)); });
   // Let go on every way out, so a failed assertion does not leave the
   // commit held for a minute (it goes before the future, which waits for it).
-  struct Release {
-    std::promise<void>& go;
-    bool done = false;
-    void operator()() {
-      if (!std::exchange(done, true)) go.set_value();
-    }
-    ~Release() { (*this)(); }
-  } release{go};
+  absl::Cleanup release = [&go] { go.set_value(); };
   ASSERT_EQ(held.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready)
       << "the hook did not hold the reserve";
   std::thread stop([&] { (*node)->Shutdown(); });
@@ -546,7 +540,7 @@ TEST(NodeInProcessTest, AStopWaitsForAReserveBetweenItsDrainingCheckAndItsGrant)
     if (!draining) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(draining) << "the stop did not begin";
-  release();
+  std::move(release).Invoke();
   const Result<PublishResult> committed = commit.get();
   stop.join();
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
