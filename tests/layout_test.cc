@@ -63,6 +63,25 @@ TEST(LayoutTest, SealParseVerifyRoundTrip) {
             Checksum64(std::span(p.bytes).subspan(header->groups[2].offset, l.groups[2].bytes)));
 }
 
+// A header keeps up to nine groups inline; more spill to the heap and must
+// parse and verify the same.
+TEST(LayoutTest, LayoutsWithMoreGroupsThanTheHeaderKeepsInlineRoundTrip) {
+  for (uint32_t groups : {1u, 9u, 10u, 40u}) {
+    Layout l{1234, StateKind::kGlobalKv, 256, {}};
+    for (uint32_t g = 0; g < groups; ++g) l.groups.push_back({"g" + std::to_string(g), 64 + g});
+    testing::Payload p = testing::MakePayload(l, groups);
+    auto header = ParsePayloadHeader(p.bytes);
+    ASSERT_TRUE(header.ok()) << groups << ": " << header.status().ToString();
+    ASSERT_EQ(header->groups.size(), groups);
+    EXPECT_EQ(header->groups.back().length, 64u + groups - 1);
+    EXPECT_TRUE(VerifyPayload(l, p.bytes, p.checksum).ok()) << groups;
+    // A flipped byte in the last group is caught whatever the group count.
+    p.bytes.back() ^= std::byte{1};
+    EXPECT_EQ(VerifyPayload(l, p.bytes, p.checksum).code(), StatusCode::kChecksumMismatch)
+        << groups;
+  }
+}
+
 TEST(LayoutTest, CopyAndChecksumEqualsChecksumOfCopy) {
   std::vector<std::byte> src(300'001), dst(src.size());
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 31 + 7);

@@ -694,17 +694,11 @@ struct CacheStore::Impl {
       // A parent earlier in the batch is looked up as a block of it.
       if (b.parent.has_value() && (i == 0 || blocks[i - 1].key != *b.parent)) {
         const EntryKey pk{ns, StateKind::kGlobalKv, *b.parent};
-        const Shard& pshard = ShardFor(pk);
-        std::shared_lock slock(pshard.mu);
-        if (const Entry* p = FindVisibleLocked(pshard, pk, now)) need.keep.push_back(p);
+        if (const Entry* p = VisibleUnderStructureMu(pk, now)) need.keep.push_back(p);
       }
       const EntryKey k{ns, b.kind, b.key};
       if (!seen.insert(k).second) continue;  // in flight by then
-      const Shard& shard = ShardFor(k);
-      std::shared_lock slock(shard.mu);
-      auto it = shard.map.find(k);
-      if (it != shard.map.end()) {
-        const Entry* e = it->second;
+      if (const Entry* e = IndexedUnderStructureMu(k)) {
         // Present, or in flight; an expired one is replaced.
         if (e->state.load() != EntryState::kCommitted) continue;
         if (e->expiry > now) {
@@ -784,10 +778,27 @@ struct CacheStore::Impl {
   // shard lock.
   Entry* FindVisibleLocked(const Shard& shard, const EntryKey& k, Nanos now) const {
     auto it = shard.map.find(k);
-    if (it == shard.map.end()) return nullptr;
-    Entry* e = it->second;
-    if (e->state.load() != EntryState::kCommitted || e->expiry <= now) return nullptr;
+    return it == shard.map.end() ? nullptr : VisibleOrNull(it->second, now);
+  }
+  static Entry* VisibleOrNull(Entry* e, Nanos now) {
+    if (e == nullptr || e->state.load() != EntryState::kCommitted || e->expiry <= now) {
+      return nullptr;
+    }
     return e;
+  }
+
+  // The entry indexed under `k`, or nullptr, for a caller holding
+  // structure_mu, without its shard's lock: every insert into or erase from
+  // a shard's map, and every change of an entry's state or expiry, happens
+  // under structure_mu, so nothing changes them meanwhile (matches and
+  // fetches only read). Spares the commit path a lock round trip per block.
+  Entry* IndexedUnderStructureMu(const EntryKey& k) const {
+    const Shard& shard = ShardFor(k);
+    auto it = shard.map.find(k);
+    return it == shard.map.end() ? nullptr : it->second;
+  }
+  Entry* VisibleUnderStructureMu(const EntryKey& k, Nanos now) const {
+    return VisibleOrNull(IndexedUnderStructureMu(k), now);
   }
 
   // ---- structure changes (structure_mu held) --------------------------------
@@ -1843,6 +1854,9 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
   rec.granted = now;
   rec.expiry = now + ttl;
   rec.batch_size = static_cast<uint32_t>(blocks.size());
+  rec.entries.reserve(blocks.size());
+  rec.positions.reserve(blocks.size());
+  rec.parents.reserve(blocks.size());
   {
     std::lock_guard lock(s.structure_mu);
     // Refused before anything changes (an expired entry deleted, others
@@ -1868,14 +1882,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
     for (size_t i = 0; i < blocks.size(); ++i) {
       const CommitBlock& b = blocks[i];
       const EntryKey k{ns, b.kind, b.key};
-      Impl::Shard& shard = s.ShardFor(k);
-      Entry* existing = nullptr;
-      {
-        std::shared_lock slock(shard.mu);
-        auto it = shard.map.find(k);
-        if (it != shard.map.end()) existing = it->second;
-      }
-      if (existing != nullptr) {
+      if (Entry* existing = s.IndexedUnderStructureMu(k)) {
         const EntryState st = existing->state.load();
         if (st == EntryState::kCommitted && existing->expiry > now) {
           out.blocks[i].state = ReserveState::kAlreadyPresent;
@@ -1884,12 +1891,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
         if (st == EntryState::kCommitted) {
           s.DeleteSubtreeLocked(existing, EvictReason::kTtl);  // expired: make room
         }
-        bool still_there;
-        {
-          std::shared_lock slock(shard.mu);
-          still_there = shard.map.count(k) != 0;
-        }
-        if (still_there) {
+        if (s.IndexedUnderStructureMu(k) != nullptr) {
           out.blocks[i].state = ReserveState::kInFlight;
           continue;
         }
@@ -1910,6 +1912,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       e->extent = *extent;
       e->state.store(EntryState::kReserved);
       {
+        Impl::Shard& shard = s.ShardFor(k);
         std::unique_lock slock(shard.mu);
         shard.map.emplace(k, e);
       }
@@ -2001,10 +2004,7 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
     const uint32_t pos = rec->positions[j];
     Entry* parent = nullptr;
     if (verdict[j].ok() && rec->parents[j].has_value()) {
-      const EntryKey pk{*ns, StateKind::kGlobalKv, *rec->parents[j]};
-      Impl::Shard& shard = s.ShardFor(pk);
-      std::shared_lock slock(shard.mu);
-      parent = s.FindVisibleLocked(shard, pk, now);
+      parent = s.VisibleUnderStructureMu({*ns, StateKind::kGlobalKv, *rec->parents[j]}, now);
       if (parent == nullptr) {
         verdict[j] = NotFound("block " + std::to_string(pos) +
                               ": its parent block is not stored (parents must be committed "

@@ -33,7 +33,7 @@ namespace {
 class ReuseDeadlinePolicy final : public EvictionPolicy {
  public:
   explicit ReuseDeadlinePolicy(uint64_t capacity_bytes)
-      : model_(static_cast<double>(capacity_bytes)) {}
+      : model_(static_cast<double>(capacity_bytes)), ghosts_(kMinGhosts) {}
 
   std::string_view name() const override { return "deadline"; }
 

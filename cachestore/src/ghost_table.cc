@@ -1,8 +1,15 @@
 #include "ghost_table.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace strata {
+
+GhostTable::GhostTable(size_t expected_live) {
+  // Add keeps the load at most a half; the FIFO ring holds up to 2x live.
+  Rehash(std::bit_ceil(std::max<size_t>(1024, 2 * (expected_live + 1))));
+  fifo_.resize(std::bit_ceil(std::max<size_t>(1024, 2 * expected_live + 64)));
+}
 
 std::optional<GhostTable::Remembered> GhostTable::Take(uint64_t fp) {
   const size_t i = Find(Nonzero(fp));

@@ -20,7 +20,10 @@ class GhostTable {
     uint64_t value = 0;
   };
 
-  GhostTable() { Rehash(1024); }
+  // Sized for `expected_live` keys up front: a policy knows its floor, and
+  // growing to it rehashes (and faults in) the table eight times over the
+  // store's first minutes of traffic.
+  explicit GhostTable(size_t expected_live = 0);
 
   // Removes `fp` if present and returns what it remembered.
   std::optional<Remembered> Take(uint64_t fp);

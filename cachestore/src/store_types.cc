@@ -138,7 +138,7 @@ size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
       while (progress[w].groups_done.load(std::memory_order_acquire) <= g) wait.Once();
     }
     for (size_t b = 0; b < usable; ++b) {
-      const std::vector<GroupExtent>& groups = blocks[b].header->groups;
+      const auto& groups = blocks[b].header->groups;
       if (g >= groups.size()) continue;
       if (failed_group[b].load(std::memory_order_relaxed) <= g) {
         *failure = CopyFailure{b, g};
@@ -163,7 +163,7 @@ size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
     const size_t hi = blocks.size() * (w + 1) / workers;
     for (size_t g = 0; g < max_groups; ++g) {
       for (size_t b = lo; b < hi && b < limit.load(std::memory_order_relaxed); ++b) {
-        const std::vector<GroupExtent>& groups = blocks[b].header->groups;
+        const auto& groups = blocks[b].header->groups;
         if (g >= groups.size() || failed_group[b].load(std::memory_order_relaxed) != kNoFailure) {
           continue;
         }
