@@ -8,7 +8,10 @@
 //    and the entry pool. Writers (reserve, publish, evict, delete) hold it.
 //  - Each shard's shared_mutex guards its map. Readers (match, fetch) take
 //    it shared, one shard at a time, and never hold structure_mu while
-//    hashing or copying; so lookups of many clients run in parallel.
+//    hashing or copying; so lookups of many clients run in parallel. A map
+//    changes only under structure_mu *and* its shard's lock held
+//    exclusively, so a thread holding structure_mu reads the maps without
+//    shard locks (IndexedUnderStructureMu): the commit path does.
 //  - A reader pins what it found (Entry::leases or ::readers) while holding
 //    the shard lock; an eviction re-checks those counters under the same
 //    shard lock held exclusively, so a pinned entry is never taken away.

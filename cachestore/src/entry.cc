@@ -27,9 +27,11 @@ void EntryPool::Release(Entry* e) {
   e->checksum = 0;
   e->extent = {};
   e->commit_time = e->expiry = 0;
-  // Relaxed: nothing can reach a released entry (it left the index under
-  // structure_mu, which its next owner takes before publishing it); five
-  // sequentially consistent stores were most of a release's cost.
+  // Relaxed: a released entry is out of the index, and anyone still holding
+  // a pointer to it re-checks the generation under structure_mu (or the
+  // lease table's lock) before trusting these fields; its next owner takes
+  // structure_mu before publishing it. Five sequentially consistent stores
+  // were most of a release's cost.
   constexpr auto kRelaxed = std::memory_order_relaxed;
   e->state.store(EntryState::kReserved, kRelaxed);
   e->leases.store(0, kRelaxed);

@@ -36,7 +36,10 @@ enum class EntryState : uint8_t {
 
 // Field ownership (see CacheStore's lock order):
 //  - identity and bytes: written before the entry is published, then const.
-//  - state: changed under the shard lock (exclusive); read lock-free.
+//  - state, commit_time, expiry: changed under the structure lock and, once
+//    the entry is indexed, its shard lock (exclusive); state is read
+//    lock-free, the others under either lock (the commit path reads them
+//    under the structure lock alone: IndexedUnderStructureMu).
 //  - leases, readers: incremented under the shard lock (shared or exclusive)
 //    or while a live lease already holds the entry; decremented lock-free.
 //  - tree, policy and TTL links, generation: under the store's structure lock.
