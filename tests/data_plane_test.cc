@@ -823,7 +823,9 @@ TEST(DataPlaneAuto, EmulatedRmaIsRefused) {
 
 TEST(DataPlaneAuto, NodeThatForbidsRmaIsReadWithActiveMessages) {
   setenv("UCX_TLS", kShm, 1);
-  LocalNode node(ServerOptions{Mode::kActiveMessage});
+  ServerOptions am_only;
+  am_only.mode = Mode::kActiveMessage;
+  LocalNode node(am_only);
   ASSERT_NE(node.server, nullptr);
   EXPECT_TRUE(node.server->packed_rkey().empty());
   auto client = DataPlaneClient::Connect(node.Info(), {Mode::kAuto, Seconds(10)});
@@ -944,15 +946,16 @@ class ChildNode {
     FILE* in = fdopen(from_child[0], "r");
     char line[8192];
     std::vector<std::string> fields;
-    while (fields.size() < 4 && std::fgets(line, sizeof(line), in) != nullptr) {
+    while (fields.size() < 5 && std::fgets(line, sizeof(line), in) != nullptr) {
       std::string s(line);
       while (!s.empty() && s.back() == '\n') s.pop_back();
       fields.push_back(s);
     }
     std::fclose(in);
-    if (fields.size() == 4) {
+    if (fields.size() == 5) {
       info_ = {Unhex(fields[0]), Unhex(fields[1]), std::strtoull(fields[2].c_str(), nullptr, 10),
                kSession,         Unhex(fields[3]), kArenaBytes};
+      arena_address_ = std::strtoull(fields[4].c_str(), nullptr, 10);
     }
   }
   ~ChildNode() {
@@ -964,6 +967,12 @@ class ChildNode {
   }
   bool ok() const { return !info_.worker_address.empty(); }
   const ServerInfo& info() const { return info_; }
+  uint64_t arena_address() const { return arena_address_; }
+  // Still running (not exited, not killed by a signal).
+  bool alive() {
+    int status = 0;
+    return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
+  }
   void Kill() {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
@@ -974,6 +983,7 @@ class ChildNode {
   pid_t pid_ = -1;
   int stdin_fd_ = -1;
   ServerInfo info_;
+  uint64_t arena_address_ = 0;
 };
 
 // The child's arena: RandomBytes(kArenaBytes, 42), so the parent can check.
@@ -1002,10 +1012,13 @@ int RunChildNode(const char* mode_name, const char* region) {
   }
   FILE* out = fdopen(kInfoFd, "w");
   if (out == nullptr) return 1;
-  std::fprintf(out, "%s\n%s\n%llu\n%s\n", Hex((*server)->worker_address()).c_str(),
-               Hex((*server)->packed_rkey()).c_str(),
-               static_cast<unsigned long long>((*server)->region_base()),
-               Hex((*server)->host_id()).c_str());
+  // The fifth line is where the arena really is, whether the node says so
+  // or not: a forger is assumed to know it.
+  std::fprintf(
+      out, "%s\n%s\n%llu\n%s\n%llu\n", Hex((*server)->worker_address()).c_str(),
+      Hex((*server)->packed_rkey()).c_str(),
+      static_cast<unsigned long long>((*server)->region_base()), Hex((*server)->host_id()).c_str(),
+      static_cast<unsigned long long>(reinterpret_cast<uintptr_t>((*server)->region().data())));
   std::fflush(out);
   char c;
   while (read(0, &c, 1) > 0) {
@@ -1136,6 +1149,138 @@ INSTANTIATE_TEST_SUITE_P(Transports, AcrossProcesses,
                                            TransportMode{kShm, Mode::kActiveMessage},
                                            TransportMode{kShm, Mode::kRma, true}),
                          Name);
+
+// A peer that skips the protocol: its own UCX context with RMA, an endpoint
+// to the node's worker, and a memory key it packed itself, used for raw
+// ucp_get_nbx / ucp_put_nbx at addresses of its choosing. Over tcp and
+// shared memory UCX carries them as software RMA, which the node would
+// serve from its own memory if its context had the RMA feature.
+class RmaForger {
+ public:
+  explicit RmaForger(const std::string& worker_address) {
+    ucp_config_t* config = nullptr;
+    if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return;
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    const ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (st != UCS_OK) return;
+    Result<ucp_worker_h> worker = internal::CreateWorker(context_, UCS_THREAD_MODE_SINGLE);
+    if (!worker.ok()) return;
+    worker_ = *worker;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+    if (ucp_ep_create(worker_, &ep, &ep_) != UCS_OK) return;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = own_.data();
+    mp.length = own_.size();
+    if (ucp_mem_map(context_, &mp, &memh_) != UCS_OK) return;
+    void* packed = nullptr;
+    size_t packed_size = 0;
+    if (ucp_rkey_pack(context_, memh_, &packed, &packed_size) != UCS_OK) return;
+    (void)ucp_ep_rkey_unpack(ep_, packed, &rkey_);
+    ucp_rkey_buffer_release(packed);
+  }
+  ~RmaForger() {
+    if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
+    if (ep_ != nullptr) {
+      ucp_request_param_t close{};
+      close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      (void)internal::WaitRequest(worker_, ucp_ep_close_nbx(ep_, &close), In(2'000), "close");
+    }
+    if (memh_ != nullptr) ucp_mem_unmap(context_, memh_);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+  }
+  RmaForger(const RmaForger&) = delete;
+  RmaForger& operator=(const RmaForger&) = delete;
+
+  bool ok() const { return rkey_ != nullptr; }
+
+  // A get of `length` bytes from the node's `address` into a zeroed buffer:
+  // OK only if it completed within `ms`.
+  Status Get(uint64_t address, size_t length, int ms) {
+    std::fill(got_.begin(), got_.end(), std::byte{0});
+    ucp_request_param_t param{};
+    return internal::WaitRequest(
+        worker_,
+        ucp_get_nbx(ep_, got_.data(), std::min(length, got_.size()), address, rkey_, &param),
+        In(ms), "forged get");
+  }
+  // A put of `length` 0x5a bytes at the node's `address`, then a flush.
+  void Put(uint64_t address, size_t length, int ms) {
+    std::fill(put_.begin(), put_.end(), std::byte{0x5a});
+    ucp_request_param_t param{};
+    (void)internal::WaitRequest(
+        worker_,
+        ucp_put_nbx(ep_, put_.data(), std::min(length, put_.size()), address, rkey_, &param),
+        In(ms), "forged put");
+    (void)internal::WaitRequest(worker_, ucp_ep_flush_nbx(ep_, &param), In(ms), "flush");
+  }
+  // Whether any byte of the last get arrived.
+  bool GotAnything() const {
+    return std::any_of(got_.begin(), got_.end(), [](std::byte b) { return b != std::byte{0}; });
+  }
+
+ private:
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+  ucp_mem_h memh_ = nullptr;
+  ucp_rkey_h rkey_ = nullptr;
+  std::array<std::byte, 4096> own_{};
+  // Buffers a request still in UCX may point at, alive as long as UCX is.
+  std::array<std::byte, 4096> got_{};
+  std::array<std::byte, 4096> put_{};
+};
+
+class ForgedRma : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { setenv("UCX_TLS", GetParam(), 1); }
+  void TearDown() override { unsetenv("UCX_TLS"); }
+};
+
+// Issue #38: an active-message node offers no RMA. Forged gets and puts,
+// inside its arena, far past it and at an unmapped address, get nothing,
+// change nothing and leave the node serving.
+TEST_P(ForgedRma, AnActiveMessageNodeDropsThemAndStaysUp) {
+  ChildNode node(GetParam(), Mode::kActiveMessage, /*own_region=*/false);
+  ASSERT_TRUE(node.ok());
+  EXPECT_TRUE(node.info().packed_rkey.empty());
+  EXPECT_EQ(node.info().region_base, 0u) << "an active-message node announces no address";
+  const uint64_t arena = node.arena_address();
+  ASSERT_NE(arena, 0u);
+  {
+    RmaForger forger(node.info().worker_address);
+    ASSERT_TRUE(forger.ok());
+    for (uint64_t address :
+         {arena + 4096, arena + kArenaBytes + (uint64_t{1} << 30), uint64_t{0x10}}) {
+      const Status got = forger.Get(address, 4096, 500);
+      EXPECT_FALSE(got.ok()) << "a forged get at " << address << " completed";
+      EXPECT_FALSE(forger.GotAnything()) << "a forged get at " << address << " read bytes";
+      forger.Put(address, 4096, 500);
+      ASSERT_TRUE(node.alive()) << "the node died of a forged request at " << address;
+    }
+  }
+  EXPECT_TRUE(node.alive());
+  // The window the forger wrote to is what it was, read the legitimate way.
+  auto client = DataPlaneClient::Connect(node.info(), {Mode::kActiveMessage, Seconds(10)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<std::byte> back(3 * 4096);
+  DataPlaneClient::ReadOp read{kGoodLease, 0, back};
+  ASSERT_TRUE((*client)->Read({&read, 1}, nullptr, In(kLongMs)).ok());
+  const std::vector<std::byte> expected = RandomBytes(kArenaBytes, 42);
+  EXPECT_EQ(0, std::memcmp(back.data(), expected.data(), back.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ForgedRma, ::testing::Values(kTcp, kShm),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param == kTcp ? "Tcp" : "Shm");
+                         });
 
 }  // namespace
 }  // namespace strata::dataplane

@@ -225,6 +225,36 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
   EXPECT_FALSE(c.max_held_share_per_namespace.has_value());
 }
 
+// Issue #38: yaml-cpp keeps the last of two equal keys; a config that
+// says a thing twice is refused, naming the key.
+TEST(NodeConfigTest, KeysGivenTwiceAreRefused) {
+  auto top = LoadNodeConfig(WriteFile("twice.yaml",
+                                      "tokens_file: a\ndram_bytes: 1GiB\n"
+                                      "dram_bytes: 2GiB\n"));
+  ASSERT_FALSE(top.ok());
+  EXPECT_NE(top.status().message().find("'dram_bytes' is given twice"), std::string::npos)
+      << top.status().ToString();
+  auto nested = LoadNodeConfig(
+      WriteFile("twice-cluster.yaml", "tokens_file: a\ncluster:\n  name: x\n  name: y\n"));
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("'cluster.name' is given twice"), std::string::npos)
+      << nested.status().ToString();
+}
+
+// The node id goes into every log line: one line of printable text.
+TEST(NodeConfigTest, NodeIdIsOnePrintableWord) {
+  NodeConfig c;
+  c.tokens_file = "/etc/strata/tokens";
+  for (const std::string& bad :
+       {std::string("node-1\nfake=line"), std::string("node 1"), std::string("node\t1"),
+        std::string(256, 'n'), std::string("n\x7f")}) {
+    c.node_id = bad;
+    EXPECT_NE(ValidateNodeConfig(c).message().find("node_id"), std::string::npos) << bad;
+  }
+  c.node_id = "host-1.example:7000";
+  EXPECT_TRUE(ValidateNodeConfig(c).ok());
+}
+
 TEST(TokenTableTest, ParsesAndAuthenticates) {
   const std::string text = "# tokens\n" + HashToken("alpha") + " tenant-a write\n\n" +
                            HashToken("ops") + " * admin  # operator\n";
@@ -253,6 +283,49 @@ TEST(TokenTableTest, MalformedLinesFailTheLoadWithTheirLineNumber) {
     EXPECT_NE(t.status().message().find("tokens:"), std::string::npos) << t.status().ToString();
   }
   EXPECT_EQ(TokenTable::Load("/nonexistent/tokens").status().code(), StatusCode::kNotFound);
+}
+
+// Issue #38: a directory read as an empty file gave a node nobody could
+// call, and no error. A directory, and a file with no token, are refused.
+TEST(TokenTableTest, ADirectoryOrAFileWithoutTokensIsAnError) {
+  const std::string dir = testing::TempDir("tokens-dir");
+  auto from_dir = TokenTable::Load(dir);
+  ASSERT_FALSE(from_dir.ok());
+  EXPECT_NE(from_dir.status().message().find("is a directory"), std::string::npos)
+      << from_dir.status().ToString();
+  auto empty = TokenTable::Load(WriteFile("no-tokens", "# nobody yet\n\n"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("names no token"), std::string::npos)
+      << empty.status().ToString();
+}
+
+// The same three mistakes stop a real strata-node at start-up, saying why.
+TEST(NodeConfigTest, TheNodeRefusesToStartOnOperatorMistakes) {
+  const std::string dir = testing::TempDir("node-config-start");
+  const std::string tokens = WriteFile("start-tokens", HashToken("t") + " tenant write\n");
+  struct Case {
+    std::string config;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"tokens_file: " + dir + "\n", "is a directory"},
+      {"tokens_file: " + tokens + "\nlisten: 127.0.0.1:0\nlisten: 0.0.0.0:0\n",
+       "'listen' is given twice"},
+      {"tokens_file: " + tokens + "\nnode_id: \"a\\nb\"\n", "node_id must be"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = WriteFile("start-" + std::to_string(i) + ".yaml", cases[i].config);
+    const std::string cmd = std::string(STRATA_NODE_BINARY) + " --config " + path +
+                            " --listen 127.0.0.1:0 --http-listen '' 2>&1";
+    FILE* out = popen(cmd.c_str(), "r");
+    ASSERT_NE(out, nullptr);
+    std::string log;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), out)) > 0;) log.append(buf, n);
+    const int status = pclose(out);
+    EXPECT_NE(status, 0) << cases[i].config << log;
+    EXPECT_NE(log.find(cases[i].expected), std::string::npos) << cases[i].config << log;
+  }
 }
 
 }  // namespace

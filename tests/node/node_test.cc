@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "node_test_util.h"
+#include "raw_socket.h"
 #include "strata/data_plane.h"
 #include "strata/node.h"
 #include "tampering_proxy.h"
@@ -195,8 +196,64 @@ TEST_F(NodeTest, RoundTripActiveMessages) {
 }
 
 TEST_F(NodeTest, RoundTripRma) {
-  StartNode({.port = 0, .settings = {"data_plane_mode=rma"}});
+  StartNode({.port = 0, .settings = {"data_plane_mode=rma"}},
+            {kTokenA, kTokenReadA, kTokenAdminA, kTokenOperator});
   RoundTrip(*node_, "rma", 2);
+}
+
+// The local addresses of the TCP sockets process `pid` listens on, as
+// /proc/net/tcp{,6} writes them (hex address:port).
+std::vector<std::string> ListeningAddresses(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& fd : std::filesystem::directory_iterator(fd_dir)) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.contains(inode)) out.push_back(local);  // 0A: LISTEN
+    }
+  }
+  return out;
+}
+
+// Issue #38: a node told to listen on 127.0.0.1 opens no socket elsewhere,
+// its data plane's UCX tcp transport included.
+TEST_F(NodeTest, ListensOnlyOnTheConfiguredAddress) {
+  if (std::getenv("UCX_NET_DEVICES") != nullptr) {
+    GTEST_SKIP() << "UCX_NET_DEVICES is set: the environment chooses the node's devices";
+  }
+  StartNode();
+  const std::vector<std::string> listening = ListeningAddresses(node_->pid());
+  // gRPC, HTTP and at least one UCX tcp socket (on lo).
+  EXPECT_GE(listening.size(), 3u);
+  for (const std::string& local : listening) {
+    // 127.0.0.1, or the same as an IPv4-mapped IPv6 address (gRPC's).
+    EXPECT_TRUE(local.starts_with("0100007F:") ||
+                local.starts_with("0000000000000000FFFF00000100007F:"))
+        << "the node listens on " << local;
+  }
+  RoundTrip(*node_, "am", 5);
+}
+
+// `rma` trusts every client with the whole arena: refused at start-up when
+// the tokens file names tenants that must not see each other.
+TEST_F(NodeTest, RmaIsRefusedWhenSeveralTenantsShareTheNode) {
+  std::string error;
+  EXPECT_EQ(NodeProcess::Start(dir_, {.port = 0, .settings = {"data_plane_mode=rma"}}, &error),
+            nullptr);
+  EXPECT_NE(error.find("data_plane_mode rma lets every client read the whole arena"),
+            std::string::npos)
+      << error;
 }
 
 // An RMA key reads the whole arena: `auto` offers it only when one tenant
@@ -1045,6 +1102,47 @@ TEST_F(NodeTest, AdminListEvictPinAndDrain) {
   EXPECT_TRUE(NodeStats(*node_).draining());
 }
 
+// Issue #38, on a real node: slow-header clients and an endless head no
+// longer block /metrics and /healthz or grow the node's memory.
+TEST_F(NodeTest, TheHttpPortTakesSlowAndEndlessClients) {
+  StartNode();
+  const int port = node_->http_port();
+  std::vector<int> slow;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    const std::string partial = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    ASSERT_GT(send(fd, partial.data(), partial.size(), MSG_NOSIGNAL), 0);
+    slow.push_back(fd);
+  }
+  absl::Cleanup close_slow = [&] {
+    for (int fd : slow) close(fd);
+  };
+  const uint64_t rss_before = ResidentBytes(node_->pid());
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    // Socket buffers take a few MB; the node itself stops at its head limit.
+    EXPECT_LT(SendEndlessHead(fd, 64u << 20), 16u << 20) << "the node kept taking an endless head";
+    close(fd);
+  }
+  httplib::Client http("127.0.0.1", port);
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_LT(ResidentBytes(node_->pid()), rss_before + (8u << 20));
+  // A refused POST ends its connection: its body is never a request.
+  const std::string smuggled = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string reply = RawExchange(
+      port, "POST /metrics HTTP/1.1\r\nContent-Length: " + std::to_string(smuggled.size()) +
+                "\r\n\r\n" + smuggled);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 405", 0), 0u) << reply;
+  EXPECT_EQ(reply.find("strata_"), std::string::npos) << reply;
+}
+
 TEST_F(NodeTest, MetricsAndHealth) {
   StartNode();
   auto store = Open(*node_, kTokenA.token);
@@ -1129,7 +1227,7 @@ TEST_F(NodeTest, TlsControlPlane) {
 }
 
 TEST_F(NodeTest, ManyConcurrentClients) {
-  StartNode({.port = 0, .settings = {"data_plane_mode=rma"}});  // two tenants, RMA and AM clients
+  StartNode();  // two tenants: active messages only
   constexpr int kClients = 8;
   constexpr int kRounds = 4;
   auto seed_store = Open(*node_, kTokenA.token);
@@ -1141,7 +1239,7 @@ TEST_F(NodeTest, ManyConcurrentClients) {
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
       auto store =
-          Open(*node_, c % 2 == 0 ? kTokenA.token : kTokenB.token, c % 4 < 2 ? "am" : "rma");
+          Open(*node_, c % 2 == 0 ? kTokenA.token : kTokenB.token, c % 4 < 2 ? "am" : "auto");
       if (store == nullptr) {
         ++failures;
         return;

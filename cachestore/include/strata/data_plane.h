@@ -85,9 +85,17 @@ inline constexpr uint32_t kWireVersion = 2;
 // ---- Node side ------------------------------------------------------------
 
 struct ServerOptions {
-  // kActiveMessage: never hand out an rkey (every read is authorized by the
-  // node). kAuto / kRma: clients may read the arena with RMA.
+  // kActiveMessage: the node's UCX context has no RMA feature, registers
+  // nothing for remote access and hands out no rkey and no address: every
+  // byte that leaves or enters the arena goes through an authorized active
+  // message, and a forged ucp_get/ucp_put is dropped by UCX. kAuto / kRma:
+  // clients may read the whole arena with RMA (docs/security.md).
   Mode mode = Mode::kAuto;
+  // The host the node listens on (its `listen` address, without the port).
+  // UCX's network transports then use only the interfaces that carry it
+  // (a tcp socket per interface otherwise). Empty or a wildcard: every
+  // interface. An explicit UCX_NET_DEVICES in the environment wins.
+  std::string listen_host;
 };
 
 // What an authorization keeps alive until the transfer it allowed has
@@ -160,7 +168,7 @@ class DataPlaneServer {
 
   const std::string& worker_address() const;  // ucp_worker_get_address blob
   const std::string& packed_rkey() const;     // ucp_rkey_pack blob; empty in kActiveMessage
-  uint64_t region_base() const;               // remote address of region[0]
+  uint64_t region_base() const;               // remote address of region[0]; 0 in kActiveMessage
   uint64_t region_size() const;
   std::span<std::byte> region() const;  // the registered bytes, for the node's own use
   const std::string& host_id() const;   // HostId() of the node

@@ -639,7 +639,12 @@ Result<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(const ServerIn
   auto impl = std::make_unique<Impl>();
   impl->server = server;
   impl->options = options;
-  auto ucx = internal::CreateUcxWorker(/*wakeup=*/false, kThreadMode);
+  internal::UcxWorkerOptions ucx_options;
+  ucx_options.thread_mode = kThreadMode;
+  // A client reads with RMA only where the node offers it (it serves no
+  // RMA to anyone, so it needs the feature only for its own gets).
+  ucx_options.rma = options.mode != Mode::kActiveMessage && !server.packed_rkey.empty();
+  auto ucx = internal::CreateUcxWorker(ucx_options);
   if (!ucx.ok()) return ucx.status();
   impl->ucx = std::move(*ucx);
   Impl* raw = impl.get();

@@ -2,12 +2,14 @@
 // thread, the arena registered once, active-message handlers that check
 // Access and answer straight from / into the arena.
 #include <poll.h>
+#include <sys/mman.h>
 
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
 
+#include "dataplane/listen_devices.h"
 #include "dataplane/ucx_common.h"
 #include "strata/data_plane.h"
 
@@ -60,8 +62,9 @@ struct DataPlaneServer::Impl {
   Access access;
   ServerOptions options;
   std::unique_ptr<internal::UcxWorker> ucx;
-  int efd = -1;  // the worker's event fd (owned by UCX), polled with a bound
-  ucp_mem_h memh = nullptr;
+  int efd = -1;              // the worker's event fd (owned by UCX), polled with a bound
+  ucp_mem_h memh = nullptr;  // the arena's registration (RMA modes)
+  std::span<std::byte> private_mapping;  // MapPrivateRegion's, unmapped last
   std::string worker_address;
   std::string packed_rkey;
   std::string host_id;
@@ -150,10 +153,61 @@ struct DataPlaneServer::Impl {
     ucx->worker = nullptr;
     if (memh != nullptr) ucp_mem_unmap(ucx->context, memh);
     memh = nullptr;
-    std::lock_guard lock(pending_mu);
-    for (Pending* p : pending) delete p;
-    pending.clear();
+    {
+      std::lock_guard lock(pending_mu);
+      for (Pending* p : pending) delete p;
+      pending.clear();
+    }
     ucx.reset();
+    if (!private_mapping.empty()) munmap(private_mapping.data(), private_mapping.size());
+    private_mapping = {};
+  }
+
+  // Registers the arena once, or lets UCX allocate it (`region` empty: a
+  // shared-memory segment peers on this host can map), and packs the rkey
+  // RMA clients read it with. Remote peers may read, never write: writes
+  // arrive as active messages the node checks first.
+  Status RegisterForRma(std::span<std::byte> arena, uint64_t bytes) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = arena.data();
+    mp.length = bytes;
+    mp.prot =
+        UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
+    mp.flags = arena.empty() ? UCP_MEM_MAP_ALLOCATE : 0;
+    ucs_status_t st = ucp_mem_map(ucx->context, &mp, &memh);
+    if (st != UCS_OK) {
+      memh = nullptr;
+      return StatusFromUcs(st, "ucp_mem_map of the arena");
+    }
+    if (arena.empty()) {
+      ucp_mem_attr_t attr{};
+      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+      st = ucp_mem_query(memh, &attr);
+      if (st != UCS_OK) return StatusFromUcs(st, "ucp_mem_query");
+      arena = {static_cast<std::byte*>(attr.address), bytes};
+    }
+    region = arena;
+    void* rkey = nullptr;
+    size_t rkey_size = 0;
+    st = ucp_rkey_pack(ucx->context, memh, &rkey, &rkey_size);
+    if (st != UCS_OK) return StatusFromUcs(st, "ucp_rkey_pack");
+    packed_rkey.assign(static_cast<const char*>(rkey), rkey_size);
+    ucp_rkey_buffer_release(rkey);
+    return Status::Ok();
+  }
+
+  // StartWithOwnRegion in kActiveMessage: plain anonymous memory, which
+  // nobody else can map (UCX would allocate a shared-memory segment).
+  Status MapPrivateRegion(uint64_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return ResourceExhausted("cannot map a data plane region of " + std::to_string(bytes) +
+                               " bytes");
+    private_mapping = {static_cast<std::byte*>(p), bytes};
+    region = private_mapping;
+    return Status::Ok();
   }
 
   // ---- replies ----
@@ -462,48 +516,34 @@ Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::spa
   impl->options = options;
   impl->host_id = HostId();
   impl->rdma_devices = DiscoverRdmaDevices();
-  auto ucx = internal::CreateUcxWorker(/*wakeup=*/true, UCS_THREAD_MODE_SINGLE);
+  // Active messages only: the context has no RMA at all, so a peer's
+  // forged ucp_get/ucp_put (software RMA on tcp and shared memory) finds no
+  // handler and is dropped, and the arena is neither registered for remote
+  // access nor announced (no rkey, no address).
+  const bool rma = options.mode != Mode::kActiveMessage;
+  internal::UcxWorkerOptions ucx_options;
+  ucx_options.wakeup = true;
+  ucx_options.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucx_options.rma = rma;
+  Result<std::vector<std::string>> devices = internal::NetDevicesForListenHost(options.listen_host);
+  if (!devices.ok()) return devices.status();
+  ucx_options.net_devices = std::move(devices).value();
+  auto ucx = internal::CreateUcxWorker(ucx_options);
   if (!ucx.ok()) return ucx.status();
   impl->ucx = std::move(*ucx);
   ucp_context_h ctx = impl->ucx->context;
   ucp_worker_h worker = impl->ucx->worker;
   impl->transports = internal::ContextTransports(ctx);
-
-  // Register once. Remote peers may read, never write: writes arrive as
-  // active messages the node checks first. Without a region, UCX allocates
-  // it (shared-memory segments peers on this host can map).
-  ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                  UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  mp.address = region.data();
-  mp.length = bytes;
-  mp.prot =
-      UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE | UCP_MEM_MAP_PROT_REMOTE_READ;
-  mp.flags = region.empty() ? UCP_MEM_MAP_ALLOCATE : 0;
-  ucs_status_t st = ucp_mem_map(ctx, &mp, &impl->memh);
-  if (st != UCS_OK) {
-    impl->memh = nullptr;
-    return StatusFromUcs(st, "ucp_mem_map of the arena");
-  }
-  if (region.empty()) {
-    ucp_mem_attr_t attr{};
-    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    st = ucp_mem_query(impl->memh, &attr);
-    if (st != UCS_OK) return StatusFromUcs(st, "ucp_mem_query");
-    region = {static_cast<std::byte*>(attr.address), bytes};
-  }
-  impl->region = region;
-  if (options.mode != Mode::kActiveMessage) {
-    void* rkey = nullptr;
-    size_t rkey_size = 0;
-    st = ucp_rkey_pack(ctx, impl->memh, &rkey, &rkey_size);
-    if (st != UCS_OK) return StatusFromUcs(st, "ucp_rkey_pack");
-    impl->packed_rkey.assign(static_cast<const char*>(rkey), rkey_size);
-    ucp_rkey_buffer_release(rkey);
+  if (rma) {
+    STRATA_RETURN_IF_ERROR(impl->RegisterForRma(region, bytes));
+  } else if (region.empty()) {
+    STRATA_RETURN_IF_ERROR(impl->MapPrivateRegion(bytes));
+  } else {
+    impl->region = region;
   }
   ucp_address_t* address = nullptr;
   size_t address_size = 0;
-  st = ucp_worker_get_address(worker, &address, &address_size);
+  const ucs_status_t st = ucp_worker_get_address(worker, &address, &address_size);
   if (st != UCS_OK) return StatusFromUcs(st, "ucp_worker_get_address");
   impl->worker_address.assign(reinterpret_cast<const char*>(address), address_size);
   ucp_worker_release_address(worker, address);
@@ -523,6 +563,7 @@ Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::spa
 const std::string& DataPlaneServer::worker_address() const { return impl_->worker_address; }
 const std::string& DataPlaneServer::packed_rkey() const { return impl_->packed_rkey; }
 uint64_t DataPlaneServer::region_base() const {
+  if (impl_->options.mode == Mode::kActiveMessage) return 0;  // nothing to address
   return reinterpret_cast<uint64_t>(impl_->region.data());
 }
 uint64_t DataPlaneServer::region_size() const { return impl_->region.size(); }

@@ -84,22 +84,32 @@ UcxWorker::~UcxWorker() {
   if (context != nullptr) ucp_cleanup(context);
 }
 
-Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup, ucs_thread_mode_t thread_mode) {
+Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(const UcxWorkerOptions& options) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return StatusFromUcs(st, "ucp_config_read");
+  if (!options.net_devices.empty()) {
+    std::string devices;
+    for (const std::string& d : options.net_devices) devices += (devices.empty() ? "" : ",") + d;
+    st = ucp_config_modify(config, "NET_DEVICES", devices.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return StatusFromUcs(st, "setting UCX_NET_DEVICES=" + devices);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+  params.features = UCP_FEATURE_AM | (options.rma ? UCP_FEATURE_RMA : 0) |
+                    (options.wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.mt_workers_shared = 0;
   auto handles = std::make_unique<UcxWorker>();
   st = ucp_init(&params, config, &handles->context);
   ucp_config_release(config);
   if (st != UCS_OK) {
     handles->context = nullptr;
-    return StatusFromUcs(st, "ucp_init (check UCX_TLS)");
+    return StatusFromUcs(st, "ucp_init (check UCX_TLS and UCX_NET_DEVICES)");
   }
-  Result<ucp_worker_h> worker = CreateWorker(handles->context, thread_mode);
+  Result<ucp_worker_h> worker = CreateWorker(handles->context, options.thread_mode);
   if (!worker.ok()) return worker.status();
   handles->worker = *worker;
   return handles;

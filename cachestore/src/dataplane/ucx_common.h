@@ -75,11 +75,28 @@ Status StatusFromUcs(ucs_status_t status, const std::string& what);
 // Status codes arriving from the wire; unknown codes become INTERNAL.
 StatusCode StatusCodeFromWire(uint32_t code);
 
-// One context + one worker. `thread_mode`: UCS_THREAD_MODE_SINGLE for a
-// worker only its creating thread drives (the node's progress thread),
-// UCS_THREAD_MODE_SERIALIZED for one any thread may drive under a lock (a
-// client's, driven by whichever caller holds its mutex). Features: RMA | AM,
-// plus WAKEUP when `wakeup` (the node sleeps on the worker's event fd).
+// What a context + worker is set up for.
+struct UcxWorkerOptions {
+  // The node sleeps on the worker's event fd (UCP_FEATURE_WAKEUP).
+  bool wakeup = false;
+  // UCS_THREAD_MODE_SINGLE for a worker only its creating thread drives (the
+  // node's progress thread), UCS_THREAD_MODE_SERIALIZED for one any thread
+  // may drive under a lock (a client's, driven by whichever caller holds its
+  // mutex).
+  ucs_thread_mode_t thread_mode = UCS_THREAD_MODE_SINGLE;
+  // UCP_FEATURE_RMA. Without it the context installs no handlers for UCX's
+  // software RMA (the get/put requests a peer's ucp_get_nbx / ucp_put_nbx
+  // turn into where a transport has no native RMA, tcp and shared memory
+  // among them): a forged request is dropped with a UCX warning, where with
+  // it UCX would read or write whatever address the peer names.
+  bool rma = true;
+  // UCX_NET_DEVICES for this context ("lo", "eth0", "mlx5_0:1"); empty
+  // leaves UCX's setting (the environment's, or every device). Each tcp
+  // device is a listening socket bound to that device's address.
+  std::vector<std::string> net_devices;
+};
+
+// One context + one worker, features AM plus what `options` asks for.
 // Configuration (UCX_TLS, ...) comes from the environment.
 struct UcxWorker {
   ucp_context_h context = nullptr;
@@ -89,7 +106,7 @@ struct UcxWorker {
   UcxWorker& operator=(const UcxWorker&) = delete;
   ~UcxWorker();
 };
-Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(bool wakeup, ucs_thread_mode_t thread_mode);
+Result<std::unique_ptr<UcxWorker>> CreateUcxWorker(const UcxWorkerOptions& options);
 // A further worker on `context`, e.g. to replace one that was destroyed.
 Result<ucp_worker_h> CreateWorker(ucp_context_h context, ucs_thread_mode_t thread_mode);
 

@@ -163,6 +163,13 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
         "messages only (set rma to trust every tenant with arena-wide reads)",
         st.tokens.tenant_namespaces());
   }
+  if (*mode == dataplane::Mode::kRma && st.tokens.tenant_namespaces() > 1) {
+    return InvalidArgument(
+        "data_plane_mode rma lets every client read the whole arena, and the tokens file names " +
+        std::to_string(st.tokens.tenant_namespaces()) +
+        " tenant namespaces: use am (or auto) for tenants that must not see each other "
+        "(docs/security.md)");
+  }
   st.rdma_devices = dataplane::DiscoverRdmaDevices();
   dataplane::Access access;
   NodeState* state = &st;
@@ -177,6 +184,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   access.on_write_done = [](uint64_t, uint64_t, uint64_t, uint64_t) {};
   dataplane::ServerOptions dp_options;
   dp_options.mode = *mode;
+  dp_options.listen_host = config.listen.substr(0, config.listen.rfind(':'));
   std::span<std::byte> region;
   if (*mode != dataplane::Mode::kActiveMessage) {
     auto dp = dataplane::DataPlaneServer::StartWithOwnRegion(config.dram_bytes, access, dp_options);

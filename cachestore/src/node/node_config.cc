@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "cluster/etcd_client.h"
@@ -200,13 +201,22 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path) {
   NodeConfig config;
   if (root.IsNull()) return config;
   if (!root.IsMap()) return InvalidArgument("config " + path + ": expected a mapping of keys");
+  // yaml-cpp keeps the last of two equal keys: a key given twice is
+  // refused rather than one of its values silently dropped.
+  std::set<std::string> seen;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>("");
+    if (!seen.insert(key).second) {
+      return InvalidArgument(fmt::format("config {}: '{}' is given twice", path, key));
+    }
     // A key left empty (`tls_cert_file:`, or `cluster:` with its keys
     // commented out) is YAML's null: the empty value, or an empty section.
     if (key == "cluster" && (kv.second.IsMap() || kv.second.IsNull())) {
       for (const auto& sub : kv.second) {
         const std::string sub_key = "cluster." + sub.first.as<std::string>("");
+        if (!seen.insert(sub_key).second) {
+          return InvalidArgument(fmt::format("config {}: '{}' is given twice", path, sub_key));
+        }
         if (!sub.second.IsScalar() && !sub.second.IsNull()) {
           return InvalidArgument(
               fmt::format("config {}: '{}' must be a single value", path, sub_key));
@@ -260,6 +270,14 @@ Status ValidateNodeConfig(const NodeConfig& c) {
   if (c.listen.empty()) return InvalidArgument("listen must name host:port");
   if (c.tokens_file.empty()) {
     return InvalidArgument("tokens_file is required: a node never serves unauthenticated callers");
+  }
+  // The id goes into every log line and the cluster's records: one line,
+  // printable, no spaces.
+  if (c.node_id.size() > 255 ||
+      std::any_of(c.node_id.begin(), c.node_id.end(),
+                  [](unsigned char ch) { return ch <= ' ' || ch >= 0x7f; })) {
+    return InvalidArgument(
+        "node_id must be at most 255 printable characters without spaces or control characters");
   }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return InvalidArgument("tls_cert_file and tls_key_file go together");

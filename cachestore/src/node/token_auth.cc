@@ -28,8 +28,18 @@ std::string HashToken(std::string_view token) {
 
 Result<TokenTable> TokenTable::Load(const std::string& path) {
   Result<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return NotFound("cannot read tokens file " + path);
-  return Parse(*text, path);
+  if (!text.ok()) {
+    const bool missing = text.status().code() == StatusCode::kNotFound;
+    return Status(text.status().code(), "cannot read tokens file " + path +
+                                            (missing ? "" : ": " + text.status().message()));
+  }
+  Result<TokenTable> table = Parse(*text, path);
+  // A node nobody can call is a mistake (an empty or wrong file), not a
+  // configuration.
+  if (table.ok() && table->size() == 0) {
+    return InvalidArgument("tokens file " + path + " names no token");
+  }
+  return table;
 }
 
 Result<TokenTable> TokenTable::Parse(std::string_view text, const std::string& origin) {
