@@ -33,6 +33,7 @@ class InProcessStore final : public Store {
     return store_->RenewLease(caller_, lease, ttl);
   }
   Status Abort(LeaseId lease) override { return store_->Abort(caller_, lease); }
+  Result<std::string> CallerNamespace() override { return caller_.ns; }
 
  private:
   std::shared_ptr<CacheStore> store_;

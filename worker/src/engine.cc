@@ -14,6 +14,9 @@
 namespace strata::worker {
 namespace {
 
+// key[0]'s namespace with no store: the keys are never sent anywhere.
+constexpr std::string_view kNoStoreNamespace = "local";
+
 constexpr uint32_t kMainBytes = kernels::kMainKv.Bytes();
 constexpr uint32_t kIndexBytes = kernels::kIndexerKey.Bytes();
 constexpr uint32_t kSlotBytes = kernels::kSwaFp8.Bytes();
@@ -134,7 +137,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, Engine
   }
   // Keys no prompt could be matched under, while commits went on writing
   // entries nothing reads.
-  if (Status s = ValidateChainInputs({options.chain_namespace, ModelId{}, options.chain_extra});
+  if (Status s =
+          ValidateChainInputs({std::string(kNoStoreNamespace), ModelId{}, options.chain_extra});
       !s.ok()) {
     return InvalidArgument("engine: " + s.message());
   }
@@ -180,6 +184,16 @@ Engine::Engine(const ModelWeights& model, EngineOptions options)
 Engine::~Engine() {
   for (auto& [id, seq] : seqs_) Release(*seq);
   for (const std::unique_ptr<AbandonedFetch>& fetch : abandoned_) EndFetch(*fetch);
+}
+
+const std::string* Engine::ChainNamespace() {
+  if (!chain_namespace_.empty()) return &chain_namespace_;
+  if (options_.store == nullptr || !store_health_->Usable()) return nullptr;
+  Result<std::string> ns = options_.store->CallerNamespace();
+  store_health_->Record(ns.status(), StoreHealth::Path::kControl);
+  if (!ns.ok() || ns->empty()) return nullptr;
+  chain_namespace_ = std::move(ns).value();
+  return &chain_namespace_;
 }
 
 Status Engine::AddRequest(Request request) {
@@ -240,7 +254,10 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   const int64_t keep_from = std::max<int64_t>(0, t - options_.keep_tokens);
   seq.state.decoder_start = keep_from / bt * bt;
 
-  const ChainRoot root{options_.chain_namespace, model_id_, options_.chain_extra};
+  const std::string* ns = ChainNamespace();
+  if (ns == nullptr) seq.use_store = false;  // computed, nothing matched or committed
+  const ChainRoot root{ns != nullptr ? std::string_view(*ns) : kNoStoreNamespace, model_id_,
+                       options_.chain_extra};
   seq.keys.assign(1, ChainKeys::Root(root));
   Result<std::vector<ChainKey>> keys = ChainKeys::ForPrompt(root, seq.req.prompt, bt);
   if (keys.ok()) seq.keys.insert(seq.keys.end(), keys->begin(), keys->end());

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 
 #include "strata/store_types.h"
 
@@ -31,6 +32,13 @@ class Store {
                                        std::span<const CommitPayload> payloads) = 0;
   virtual Status RenewLease(LeaseId lease, Nanos ttl) = 0;
   virtual Status Abort(LeaseId lease) = 0;
+  // The namespace this store's credentials name (the in-process caller's,
+  // or what the node maps the token to). A caller that derives chain keys
+  // itself (ChainKeys::ForPrompt, MatchKeys) must put it in key[0]: keys
+  // derived under another namespace never match what the store holds for
+  // this caller. A cluster store may have to reach a node first
+  // (UNAVAILABLE when none answers).
+  virtual Result<std::string> CallerNamespace() = 0;
   // Ends a read lease without waiting for the store to confirm it: the hot
   // path after a fetch. A remote store sends it with its next call (or
   // within a few milliseconds); a lease never released still ends at its

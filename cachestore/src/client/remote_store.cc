@@ -99,6 +99,7 @@ class RemoteStore final : public NodeClient {
   }
 
   const std::string& caller_namespace() const override { return ns_; }
+  Result<std::string> CallerNamespace() override { return ns_; }
 
   Result<MatchResult> Match(const MatchRequest& req) override {
     std::vector<ChainKey> keys;

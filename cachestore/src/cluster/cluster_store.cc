@@ -937,6 +937,8 @@ class ClusterStore final : public Store {
     }
   }
 
+  Result<std::string> CallerNamespace() override { return Namespace(); }
+
   Result<std::string> Namespace() {
     {
       std::lock_guard lock(ns_mu_);

@@ -45,12 +45,13 @@ constexpr Nanos kMaxStoreBackoff = 3600 * kNanosPerSecond;
 struct EngineOptions {
   Store* store = nullptr;        // null: no cache, every token computed
   std::string weights_revision;  // feeds the model fingerprint: WeightsRevisionOfFile for a file
-  std::string chain_namespace = "default";  // feeds key[0]; the store separates tenants too
-  std::string chain_extra;                  // feeds key[0] (LoRA id, cache salt)
-  uint32_t keep_tokens = 140;               // decoder bounded replay
-  uint32_t max_batch_tokens = 512;          // prefill and replay tokens per step, over all requests
-  uint32_t max_running = 256;               // requests admitted at once; the rest queue
-  uint32_t pool_pages = 256;                // block pool pages (one store block each)
+  // key[0]'s namespace is the store's: Store::CallerNamespace(), what its
+  // credentials name (a key under any other namespace would never match).
+  std::string chain_extra;          // feeds key[0] (LoRA id, cache salt)
+  uint32_t keep_tokens = 140;       // decoder bounded replay
+  uint32_t max_batch_tokens = 512;  // prefill and replay tokens per step, over all requests
+  uint32_t max_running = 256;       // requests admitted at once; the rest queue
+  uint32_t pool_pages = 256;        // block pool pages (one store block each)
   Nanos lease_ttl = Seconds(30);
   // A store found out of reach (UNAVAILABLE, DEADLINE_EXCEEDED) is left
   // alone, every token computed, for store_backoff, doubling up to
@@ -167,9 +168,15 @@ class Engine {
   void Release(Sequence& seq);
   StepOutput Finish(Sequence& seq, bool aborted);
 
+  // The namespace key[0] is derived under: the store's caller namespace,
+  // asked for until it is known (a cluster may have no node up yet); a
+  // request admitted before then does without the store.
+  const std::string* ChainNamespace();
+
   const ModelWeights& model_;
   EngineOptions options_;
   ModelId model_id_;
+  std::string chain_namespace_;  // empty until ChainNamespace() learns it
   Layout global_layout_, swa_layout_;
   std::vector<uint64_t> group_offset_;     // per source: offset of its group in a payload
   uint64_t swa_lineage_offset_ = 0;        // of the SWA payload's lineage group
