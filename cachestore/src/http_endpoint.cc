@@ -1,7 +1,6 @@
 #include "strata/http_endpoint.h"
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -11,12 +10,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <list>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "listen_socket.h"
 
 namespace strata {
 namespace {
@@ -160,54 +160,6 @@ bool WantsClose(const Head& head) {
     if (EqualsIgnoreCase(value, "keep-alive")) close = false;
   }
   return close;
-}
-
-Result<int> ListenSocket(const std::string& listen, int* port_out) {
-  const size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    auto [p, ec] = std::from_chars(listen.data() + colon + 1, listen.data() + listen.size(), port);
-    if (ec != std::errc() || p != listen.data() + listen.size()) port = -1;
-  }
-  if (colon == std::string::npos || port < 0 || port > 65535) {
-    return InvalidArgument("the HTTP listen address must be host:port, got '" + listen + "'");
-  }
-  std::string host = listen.substr(0, colon);
-  // "[::1]:port", as gRPC's listen takes it; getaddrinfo wants the bare address.
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port_text = std::to_string(port);
-  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &found) != 0) {
-    return Unavailable("cannot resolve the HTTP listen address " + listen);
-  }
-  int fd = -1;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    // SO_REUSEADDR lets a restart bind past TIME_WAIT; no SO_REUSEPORT, so a
-    // port another process listens on is an error, not a shared port.
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(found);
-  if (fd < 0) return Unavailable("cannot listen for HTTP on " + listen + " (in use?)");
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  *port_out = bound.ss_family == AF_INET6
-                  ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                  : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  return fd;
 }
 
 }  // namespace
@@ -472,18 +424,17 @@ class HttpEndpoint::Loop {
 Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
     const std::string& listen, std::function<std::string()> render_metrics,
     std::function<bool()> healthy, HttpLimits limits) {
-  int port = 0;
-  Result<int> fd = ListenSocket(listen, &port);
-  if (!fd.ok()) return fd.status();
+  Result<ListeningSocket> socket = ListenOn(listen, "HTTP");
+  if (!socket.ok()) return socket.status();
   const int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake < 0) {
-    close(*fd);
+    close(socket->fd);
     return Internal("eventfd for the HTTP endpoint failed");
   }
   std::unique_ptr<HttpEndpoint> ep(new HttpEndpoint());
-  ep->port_ = port;
-  ep->loop_ =
-      std::make_unique<Loop>(*fd, wake, std::move(render_metrics), std::move(healthy), limits);
+  ep->port_ = socket->port;
+  ep->loop_ = std::make_unique<Loop>(socket->fd, wake, std::move(render_metrics),
+                                     std::move(healthy), limits);
   ep->thread_ = std::thread([loop = ep->loop_.get()] { loop->Run(); });
   return ep;
 }

@@ -429,9 +429,13 @@ TEST_F(EtcdMembershipTest, ARefusedRecordUpdateDoesNotStopTheKeepAlives) {
   auto c = Connect({etcd_->endpoint()});
   ASSERT_NE(c, nullptr);
   const std::string big(1 << 20, 'x');
+  // etcd checks the quota against its backend's size as last committed
+  // (every 100 ms), so a quick burst of puts can all pass: past the quota,
+  // put more slowly until one is refused.
   bool refused = false;
-  for (int i = 0; i < 16 && !refused; ++i) {
+  for (int i = 0; i < 64 && !refused; ++i) {
     refused = !c->Put("/fill/" + std::to_string(i), big).ok();
+    if (i >= 8 && !refused) std::this_thread::sleep_for(milliseconds(150));
   }
   ASSERT_TRUE(refused) << "etcd never hit its quota";
   draining = true;

