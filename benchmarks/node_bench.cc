@@ -117,6 +117,7 @@ class MatchAhead {
 // Clients loop match (with lease, one prompt ahead) -> fetch every block
 // -> release. copy_threads: ClientOptions::copy_threads (0 = the default).
 Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions& o,
+                                const std::string& mode,
                                 const std::vector<std::vector<uint32_t>>& prompts,
                                 uint32_t copy_threads = 0) {
   std::atomic<uint64_t> bytes{0};
@@ -129,6 +130,7 @@ Result<double> MeasureNodeFetch(const NodeProcess& node, const NodeBenchOptions&
     clients.emplace_back([&, c] {
       ClientOptions co;
       co.token = kTokenA.token;
+      co.data_plane_mode = mode;
       co.copy_threads = copy_threads;
       auto store = OpenStore(node.uri(), co);
       auto fail = [&](const Status& st) {
@@ -169,10 +171,11 @@ struct Layer0Timing {
   double layer0_ms = 0;
   double whole_ms = 0;
 };
-Result<Layer0Timing> MeasureLayer0Ready(const NodeProcess& node, std::span<const uint32_t> prompt,
-                                        uint32_t fetches) {
+Result<Layer0Timing> MeasureLayer0Ready(const NodeProcess& node, const std::string& mode,
+                                        std::span<const uint32_t> prompt, uint32_t fetches) {
   ClientOptions co;
   co.token = kTokenA.token;
+  co.data_plane_mode = mode;
   auto store = OpenStore(node.uri(), co);
   if (!store.ok()) return store.status();
   MatchRequest req;
@@ -456,20 +459,37 @@ int RunNodeBench(const NodeBenchOptions& options) {
   for (uint32_t p = 0; p < o.prompts; ++p) {
     prompts.push_back(RandomTokens(size_t{o.prompt_blocks} * layout.block_tokens, 500 + p));
   }
-  double fetch_gbps[2] = {0, 0}, raw_gbps[2] = {0, 0}, ratio[2] = {0, 0};
-  std::vector<double> raw_variant_runs[2][2];  // [phase][rendezvous, eager]
+  // The transfer paths a client can get: RMA over shared memory (a node one
+  // tenant has), active messages over shared memory (what a node shared by
+  // tenants serves) and active messages over TCP. Each phase names the path
+  // its client asks for, so a figure is never of another one.
+  struct Phase {
+    const char* name;  // JSON prefix and table label
+    const char* tls;
+    const char* mode;
+    int raw;  // which raw UCX baseline: 0 shm, 1 tcp
+  };
+  const Phase phases[] = {
+      {"shm", kShmTls, "rma", 0}, {"shm_am", kShmTls, "am", 0}, {"tcp", kTcpTls, "am", 1}};
+  constexpr int kPhases = 3;
+  double fetch_gbps[kPhases] = {}, raw_gbps[kPhases] = {}, ratio[kPhases] = {};
+  std::vector<double> raw_variant_runs[kPhases][2];  // [phase][rendezvous, eager]
   double match_p50 = 0, match_p99 = 0, hash_p50 = 0;
   double shm_single_gbps = 0;  // one copying thread
-  Layer0Timing layer0[2];
-  const char* tls[2] = {kShmTls, kTcpTls};
-  for (int phase = 0; phase < 2; ++phase) {
-    std::fprintf(stderr, "strata-bench node: through strata-node over %s...\n",
-                 phase == 0 ? "shared memory" : "TCP");
-    setenv("UCX_TLS", tls[phase], 1);
+  Layer0Timing layer0[kPhases];
+  for (int phase = 0; phase < kPhases; ++phase) {
+    const Phase& ph = phases[phase];
+    std::fprintf(stderr, "strata-bench node: through strata-node, %s (%s)...\n", ph.name, ph.mode);
+    setenv("UCX_TLS", ph.tls, 1);
     std::string error;
     NodeProcess::Options no;
-    no.settings = {"dram_bytes=1GiB"};
-    auto node = NodeProcess::Start(dir, no, &error);
+    no.settings = {"dram_bytes=1GiB", std::string("data_plane_mode=") + ph.mode};
+    // RMA reads the whole arena: a node serves it to one tenant only.
+    const std::vector<testing::TestToken> one_tenant = {
+        kTokenA, testing::kTokenReadA, testing::kTokenAdminA, testing::kTokenOperator};
+    auto node = NodeProcess::Start(
+        dir, no, &error,
+        std::string_view(ph.mode) == "rma" ? one_tenant : std::vector<testing::TestToken>{});
     if (node == nullptr) return fail("strata-node", Unavailable(error));
     {
       ClientOptions co;
@@ -483,22 +503,22 @@ int RunNodeBench(const NodeBenchOptions& options) {
         if (!st.ok()) return fail("commit", st);
       }
     }
-    std::fprintf(stderr, "strata-bench node: layer 0 of an SWA hit over %s...\n",
-                 phase == 0 ? "shared memory" : "TCP");
-    auto layer0_run = MeasureLayer0Ready(*node, prompts[0], 20);
+    std::fprintf(stderr, "strata-bench node: layer 0 of an SWA hit, %s (%s)...\n", ph.name,
+                 ph.mode);
+    auto layer0_run = MeasureLayer0Ready(*node, ph.mode, prompts[0], 20);
     if (!layer0_run.ok()) return fail("SWA-hit fetch", layer0_run.status());
     layer0[phase] = *layer0_run;
     // Raw UCX and the node in turn; the ratio is the median of the pairs'.
     std::vector<double> raw_runs, node_runs, ratios;
     for (uint32_t r = 0; r < o.repeats; ++r) {
       double best_raw = 0;
-      for (size_t v = 0; v < raw_servers[phase].size(); ++v) {
-        auto raw_run = raw_servers[phase][v]->FetchGbps();
+      for (size_t v = 0; v < raw_servers[ph.raw].size(); ++v) {
+        auto raw_run = raw_servers[ph.raw][v]->FetchGbps();
         if (!raw_run.ok()) return fail("raw UCX", raw_run.status());
         raw_variant_runs[phase][v].push_back(*raw_run);
         best_raw = std::max(best_raw, *raw_run);
       }
-      auto node_run = MeasureNodeFetch(*node, o, prompts);
+      auto node_run = MeasureNodeFetch(*node, o, ph.mode, prompts);
       if (!node_run.ok()) return fail("node fetch", node_run.status());
       raw_runs.push_back(best_raw);
       node_runs.push_back(*node_run);
@@ -510,7 +530,7 @@ int RunNodeBench(const NodeBenchOptions& options) {
     if (phase == 0) {
       // The default client splits a large verified copy across two threads;
       // this line shows what one copying thread gets.
-      auto single = MeasureNodeFetch(*node, o, prompts, 1);
+      auto single = MeasureNodeFetch(*node, o, ph.mode, prompts, 1);
       if (!single.ok()) return fail("node fetch, one copy thread", single.status());
       shm_single_gbps = *single;
       std::fprintf(stderr, "strata-bench node: match latency, %u-token prompt...\n",
@@ -526,27 +546,31 @@ int RunNodeBench(const NodeBenchOptions& options) {
   std::filesystem::remove_all(dir);
 
   const double shm_ratio = ratio[0];
-  const double tcp_ratio = ratio[1];
+  const double tcp_ratio = ratio[2];
   table.Add("shm: fetch via node (rma)", Fixed(fetch_gbps[0], 2) + " GB/s",
             Fixed(shm_ratio, 2) + "x raw UCX (target >= 0.70)");
   table.Add("shm: fetch, one copy thread", Fixed(shm_single_gbps, 2) + " GB/s",
             Fixed(shm_single_gbps / raw_gbps[0], 2) + "x raw UCX");
+  table.Add("shm: fetch via node (am)", Fixed(fetch_gbps[1], 2) + " GB/s",
+            Fixed(ratio[1], 2) + "x raw UCX get (tenants sharing a node)");
   table.Add("shm: raw UCX get", Fixed(raw_gbps[0], 2) + " GB/s");
-  table.Add("tcp: fetch via node (am)", Fixed(fetch_gbps[1], 2) + " GB/s",
+  table.Add("tcp: fetch via node (am)", Fixed(fetch_gbps[2], 2) + " GB/s",
             Fixed(tcp_ratio, 2) + "x raw UCX (target >= 0.70)");
-  const double tcp_rndv = Median(raw_variant_runs[1][0]);
-  const double tcp_eager = Median(raw_variant_runs[1][1]);
-  table.Add("tcp: raw UCX active messages", Fixed(raw_gbps[1], 2) + " GB/s",
+  const double tcp_rndv = Median(raw_variant_runs[2][0]);
+  const double tcp_eager = Median(raw_variant_runs[2][1]);
+  table.Add("tcp: raw UCX active messages", Fixed(raw_gbps[2], 2) + " GB/s",
             "best of rendezvous " + Fixed(tcp_rndv, 2) + ", eager " + Fixed(tcp_eager, 2));
   if (!o.skip_redis) {
     table.Add("redis GET over TCP", Fixed(redis_tcp, 2) + " GB/s",
-              "node tcp = " + Fixed(fetch_gbps[1] / redis_tcp, 2) + "x (target >= 1.5)");
+              "node tcp = " + Fixed(fetch_gbps[2] / redis_tcp, 2) + "x (target >= 1.5)");
     table.Add("redis GET over unix socket", Fixed(redis_unix, 2) + " GB/s",
               "node shm = " + Fixed(fetch_gbps[0] / redis_unix, 2) + "x (target >= 3)");
   }
-  for (int phase = 0; phase < 2; ++phase) {
-    const std::string name = phase == 0 ? "shm" : "tcp";
-    table.Add(name + ": SWA hit, layer 0 ready", Fixed(layer0[phase].layer0_ms, 2) + " ms",
+  for (int phase = 0; phase < kPhases; ++phase) {
+    const std::string name = phases[phase].name;
+    const std::string label = std::string(phase == 2 ? "tcp" : "shm") + " (" + phases[phase].mode +
+                              "): SWA hit, layer 0 ready";
+    table.Add(label, Fixed(layer0[phase].layer0_ms, 2) + " ms",
               Fixed(layer0[phase].layer0_ms / layer0[phase].whole_ms, 2) + "x the whole fetch (" +
                   Fixed(layer0[phase].whole_ms, 2) + " ms)");
     json.Add(name + "_swa_hit_layer0_ms", layer0[phase].layer0_ms);
@@ -558,17 +582,19 @@ int RunNodeBench(const NodeBenchOptions& options) {
 
   json.Add("shm_fetch_gbps", fetch_gbps[0]);
   json.Add("shm_fetch_1thread_gbps", shm_single_gbps);
+  json.Add("shm_am_fetch_gbps", fetch_gbps[1]);
+  json.Add("shm_am_ratio", ratio[1]);
   json.Add("shm_raw_gbps", raw_gbps[0]);
   json.Add("shm_ratio", shm_ratio);
-  json.Add("tcp_fetch_gbps", fetch_gbps[1]);
-  json.Add("tcp_raw_gbps", raw_gbps[1]);
+  json.Add("tcp_fetch_gbps", fetch_gbps[2]);
+  json.Add("tcp_raw_gbps", raw_gbps[2]);
   json.Add("tcp_raw_rndv_gbps", tcp_rndv);
   json.Add("tcp_raw_eager_gbps", tcp_eager);
   json.Add("tcp_ratio", tcp_ratio);
   if (!o.skip_redis) {
     json.Add("redis_tcp_gbps", redis_tcp);
     json.Add("redis_unix_gbps", redis_unix);
-    json.Add("tcp_vs_redis", fetch_gbps[1] / redis_tcp);
+    json.Add("tcp_vs_redis", fetch_gbps[2] / redis_tcp);
     json.Add("shm_vs_redis_unix", fetch_gbps[0] / redis_unix);
   }
   json.Add("match_p50_us", match_p50);
