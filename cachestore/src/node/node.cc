@@ -199,16 +199,15 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   Result<dataplane::Mode> mode = dataplane::ParseMode(config.data_plane_mode);
   if (!mode.ok()) return mode.status();
   st.data_plane_mode = config.data_plane_mode;
-  if (*mode == dataplane::Mode::kAuto && st.tokens.tenant_namespaces() > 1) {
-    // An RMA key reads the whole arena, every tenant's entries included:
-    // with tenants that must not see each other, every read goes through
-    // the node, checked against its lease. `rma` says they may.
+  // RMA needs UCP_FEATURE_RMA, and with it UCX serves a peer's get or put
+  // at whatever address of the node's process the peer names (software RMA
+  // on tcp and shared memory; docs/security.md): whoever reaches the
+  // node's UCX worker could read and write all of its memory. So `auto`
+  // means active messages, and RMA is the operator's explicit choice, for
+  // one tenant on a host and network it trusts entirely.
+  if (*mode == dataplane::Mode::kAuto) {
     *mode = dataplane::Mode::kActiveMessage;
     st.data_plane_mode = "am";
-    spdlog::info(
-        "data plane: {} tenant namespaces in the tokens file: data_plane_mode auto serves active "
-        "messages only (set rma to trust every tenant with arena-wide reads)",
-        st.tokens.tenant_namespaces());
   }
   if (*mode == dataplane::Mode::kRma && st.tokens.tenant_namespaces() > 1) {
     return InvalidArgument(
@@ -216,6 +215,12 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
         std::to_string(st.tokens.tenant_namespaces()) +
         " tenant namespaces: use am (or auto) for tenants that must not see each other "
         "(docs/security.md)");
+  }
+  if (*mode == dataplane::Mode::kRma) {
+    spdlog::warn(
+        "data plane: data_plane_mode rma: any process that reaches this node's UCX worker can "
+        "read and write the node's memory, not only the arena (docs/security.md); use it only "
+        "where every client host and process is trusted");
   }
   st.rdma_devices = dataplane::DiscoverRdmaDevices();
   dataplane::Access access;
