@@ -159,6 +159,20 @@ struct CacheStore::Impl {
   // goes 0 -> 1 and back. Signed: a release may subtract before the add of
   // the grant it follows lands.
   std::deque<std::atomic<int64_t>> ns_lease_pinned;
+  // By namespace id, likewise: what it stores and looked up, for the Stats
+  // its tenant sees (NamespaceUsage). Signed: an add may land after the
+  // subtraction of a later change.
+  struct NamespaceCounters {
+    std::atomic<int64_t> global_kv_entries{0};
+    std::atomic<int64_t> swa_entries{0};
+    std::atomic<int64_t> used_bytes{0};  // committed entries' extents
+    std::atomic<uint64_t> match_requests{0};
+    std::atomic<uint64_t> match_tokens{0};
+    std::atomic<uint64_t> hit_tokens{0};
+    std::atomic<uint64_t> hit_bytes{0};
+    std::atomic<uint64_t> evictions[static_cast<size_t>(EvictReason::kCount)] = {};
+  };
+  std::deque<NamespaceCounters> ns_counters;
 
   std::thread maintenance;
   std::mutex maintenance_mu;
@@ -629,6 +643,15 @@ struct CacheStore::Impl {
     return it->second;
   }
 
+  NamespaceCounters& CountersOf(uint32_t ns) {
+    std::shared_lock lock(ns_mu);
+    return ns_counters[ns];
+  }
+  const NamespaceCounters& CountersOf(uint32_t ns) const {
+    std::shared_lock lock(ns_mu);
+    return ns_counters[ns];
+  }
+
   std::atomic<int64_t>* LeasePinnedBytes(uint32_t ns) {
     std::shared_lock lock(ns_mu);
     return &ns_lease_pinned[ns];
@@ -752,6 +775,7 @@ struct CacheStore::Impl {
     if (inserted) {
       ns_names.push_back(ns);
       ns_lease_pinned.emplace_back(0);
+      ns_counters.emplace_back();
     }
     return it->second;
   }
@@ -840,7 +864,12 @@ struct CacheStore::Impl {
   }
 
   void CountEntry(const Entry* e, int delta) {
-    (e->key.kind == StateKind::kGlobalKv ? m.entries_global : m.entries_swa)->Add(delta);
+    const bool global = e->key.kind == StateKind::kGlobalKv;
+    (global ? m.entries_global : m.entries_swa)->Add(delta);
+    NamespaceCounters& c = CountersOf(e->key.ns);
+    (global ? c.global_kv_entries : c.swa_entries).fetch_add(delta, std::memory_order_relaxed);
+    c.used_bytes.fetch_add(delta * static_cast<int64_t>(e->extent.length),
+                           std::memory_order_relaxed);
   }
 
   // Removes an entry with no pins from every structure and frees its bytes.
@@ -937,6 +966,8 @@ struct CacheStore::Impl {
     TtlUnlink(e);
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
+    CountersOf(e->key.ns).evictions[static_cast<size_t>(reason)].fetch_add(
+        1, std::memory_order_relaxed);
     Shard& shard = ShardFor(e->key);
     std::unique_lock lock(shard.mu);
     if (e->leases.load() != 0 || e->readers.load() != 0) {
@@ -1000,6 +1031,8 @@ struct CacheStore::Impl {
     }
     evictions[static_cast<size_t>(reason)].fetch_add(1);
     m.evictions[static_cast<size_t>(reason)]->Increment();
+    CountersOf(key.ns).evictions[static_cast<size_t>(reason)].fetch_add(1,
+                                                                        std::memory_order_relaxed);
     return true;
   }
 
@@ -1473,6 +1506,13 @@ class CacheStore::PrefixLookup {
     s_.m.match_tokens->Increment(prompt_tokens);
     s_.m.hit_tokens->Increment(result_.hit_tokens());
     s_.m.hit_bytes->Increment(hit_bytes);
+    if (ns_.has_value()) {
+      Impl::NamespaceCounters& c = s_.CountersOf(*ns_);
+      c.match_requests.fetch_add(1, std::memory_order_relaxed);
+      c.match_tokens.fetch_add(prompt_tokens, std::memory_order_relaxed);
+      c.hit_tokens.fetch_add(result_.hit_tokens(), std::memory_order_relaxed);
+      c.hit_bytes.fetch_add(hit_bytes, std::memory_order_relaxed);
+    }
     s_.m.lookup_seconds->Observe(SecondsSince(*s_.clock, start_));
     return std::move(result_);
   }
@@ -2441,6 +2481,29 @@ LeaseHolding CacheStore::Holding(const Principal& caller) const {
   // A namespace never seen holds nothing.
   return {.limit_bytes = s.HeldBytesLimit(),
           .leased_entries_limit = s.opts.max_leased_entries_per_namespace};
+}
+
+NamespaceStats CacheStore::NamespaceUsage(const Principal& caller) const {
+  const Impl& s = *impl_;
+  NamespaceStats out;
+  out.lease = Holding(caller);
+  const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
+  if (!ns.has_value()) return out;  // a namespace never seen stores nothing
+  const Impl::NamespaceCounters& c = s.CountersOf(*ns);
+  auto positive = [](const std::atomic<int64_t>& v) {
+    return static_cast<uint64_t>(std::max<int64_t>(v.load(std::memory_order_relaxed), 0));
+  };
+  out.global_kv_entries = positive(c.global_kv_entries);
+  out.swa_entries = positive(c.swa_entries);
+  out.used_bytes = positive(c.used_bytes);
+  out.match_requests = c.match_requests.load(std::memory_order_relaxed);
+  out.match_tokens = c.match_tokens.load(std::memory_order_relaxed);
+  out.hit_tokens = c.hit_tokens.load(std::memory_order_relaxed);
+  out.hit_bytes = c.hit_bytes.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < out.evictions.size(); ++i) {
+    out.evictions[i] = c.evictions[i].load(std::memory_order_relaxed);
+  }
+  return out;
 }
 
 StoreStats CacheStore::Stats() const {

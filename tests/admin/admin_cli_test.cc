@@ -12,6 +12,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -188,42 +189,52 @@ TEST_F(AdminCliTest, StatsCountWhatTheTestDid) {
   EXPECT_EQ(Num(F(a, "hit_tokens")) - Num(F(b, "hit_tokens")), 512);
   EXPECT_EQ(Num(F(a, "hit_bytes")) - Num(F(b, "hit_bytes")),
             static_cast<double>(p.blocks[0].bytes.size() + p.blocks[1].bytes.size()));
-  EXPECT_EQ(Num(F(a, "read_leases")), 1);  // the match's lease
+  // A tenant's stats are its namespace's own (issue #38).
+  EXPECT_EQ(Str(F(a, "scope")), "namespace");
   EXPECT_EQ(Num(F(F(a, "dram"), "global_kv_entries")), 2);
   EXPECT_EQ(Num(F(F(a, "dram"), "swa_entries")), 1);
-  EXPECT_EQ(Num(F(F(a, "dram"), "payload_bytes")),
-            static_cast<double>(p.blocks[0].bytes.size() + p.blocks[1].bytes.size() +
-                                p.swa.bytes.size()));
-  EXPECT_EQ(Num(F(a, "checksum_failures")), 0);
-  EXPECT_FALSE(F(F(a, "ssd"), "enabled").bool_value());
   EXPECT_TRUE(F(F(F(a, "dram"), "evictions"), "explicit").has_number_value());
   EXPECT_GT(Num(F(a, "uptime_ms")), 0);
   // The tenant's lease pins its two blocks and the SWA entry, once each.
   const Value& held = F(a, "namespace_leases");
   EXPECT_EQ(Num(F(held, "entries")), 3);
-  EXPECT_GE(Num(F(held, "held_bytes")), Num(F(F(a, "dram"), "payload_bytes")));
+  EXPECT_GE(Num(F(held, "held_bytes")), Num(F(F(a, "dram"), "used_bytes")));
   EXPECT_GT(Num(F(held, "limit_bytes")), Num(F(held, "held_bytes")));
-  // Only the operator is told which namespaces hold entries; it holds no
-  // leases of its own.
-  EXPECT_FALSE(a.struct_value().fields().contains("namespaces"));
+  // Node-wide figures, and which namespaces hold entries, are the
+  // operator's; it holds no leases of its own.
+  for (const char* node_wide : {"namespaces", "read_leases", "ssd", "data_plane"}) {
+    EXPECT_FALSE(a.struct_value().fields().contains(node_wide)) << node_wide;
+  }
   const Value op = At(F(AdminJson(kOperator, {"stats"}), "nodes"), 0);
+  EXPECT_EQ(Str(F(op, "scope")), "node");
   ASSERT_EQ(Size(F(op, "namespaces")), 1);
   EXPECT_EQ(Str(At(F(op, "namespaces"), 0)), "tenant-a");
   EXPECT_FALSE(op.struct_value().fields().contains("namespace_leases"));
+  EXPECT_EQ(Num(F(op, "read_leases")), 1);  // the match's lease
+  EXPECT_EQ(Num(F(F(op, "dram"), "payload_bytes")),
+            static_cast<double>(p.blocks[0].bytes.size() + p.blocks[1].bytes.size() +
+                                p.swa.bytes.size()));
+  EXPECT_EQ(Num(F(op, "checksum_failures")), 0);
+  EXPECT_FALSE(F(F(op, "ssd"), "enabled").bool_value());
 
   AdminRun human = Admin(kAdminA, {"stats", "--node", Str(F(a, "node_id"))});
   ASSERT_EQ(human.code, 0) << human.err;
-  EXPECT_NE(human.out.find("hit tokens:        " +
-                           std::to_string(static_cast<uint64_t>(Num(F(a, "hit_tokens"))))),
-            std::string::npos)
+  EXPECT_TRUE(std::regex_search(
+      human.out, std::regex("hit tokens: +" +
+                            std::to_string(static_cast<uint64_t>(Num(F(a, "hit_tokens")))) + "\n")))
       << human.out;
-  EXPECT_NE(human.out.find("live leases:       1 read, 0 write"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("your namespace's figures only"), std::string::npos) << human.out;
+  EXPECT_EQ(human.out.find("live leases"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("2 global + 1 swa entries"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("3 of " +
                            std::to_string(static_cast<uint64_t>(Num(F(held, "entries_limit")))) +
                            " entries"),
             std::string::npos)
       << human.out;
+  AdminRun op_human = Admin(kOperator, {"stats", "--node", Str(F(a, "node_id"))});
+  ASSERT_EQ(op_human.code, 0) << op_human.err;
+  EXPECT_NE(op_human.out.find("live leases:       1 read, 0 write"), std::string::npos)
+      << op_human.out;
   ASSERT_TRUE(store_a_->Abort(m->lease).ok());
 }
 
@@ -238,8 +249,9 @@ TEST_F(AdminCliTest, StatsAndNodesShowTheSsdTier) {
   ASSERT_NE(store, nullptr);
   Prompt p = MakePrompt(*store, 2, 141);
   CommitAll(*store, p, /*with_swa=*/false);
+  // The SSD tier's figures are node-wide: the operator's.
   const std::vector<std::string> args = {"--store", ssd_node->uri(), "--token",
-                                         kAdminA,   "stats",         "--json"};
+                                         kOperator, "stats",         "--json"};
   // Write-back is asynchronous: wait until both blocks are on SSD.
   Value ssd;
   for (int i = 0; i < 200; ++i) {
@@ -255,10 +267,10 @@ TEST_F(AdminCliTest, StatsAndNodesShowTheSsdTier) {
   EXPECT_GE(Num(F(ssd, "used_bytes")),
             static_cast<double>(p.blocks[0].bytes.size() + p.blocks[1].bytes.size()));
 
-  AdminRun human = RunAdmin(dir_, {"--store", ssd_node->uri(), "--token", kAdminA, "nodes"});
+  AdminRun human = RunAdmin(dir_, {"--store", ssd_node->uri(), "--token", kOperator, "nodes"});
   ASSERT_EQ(human.code, 0) << human.err;
   EXPECT_NE(human.out.find("128.0 MiB"), std::string::npos) << human.out;
-  AdminRun stats = RunAdmin(dir_, {"--store", ssd_node->uri(), "--token", kAdminA, "stats"});
+  AdminRun stats = RunAdmin(dir_, {"--store", ssd_node->uri(), "--token", kOperator, "stats"});
   EXPECT_NE(stats.out.find("of 128.0 MiB, 2 entries"), std::string::npos) << stats.out;
   store.reset();
   ssd_node->Terminate();

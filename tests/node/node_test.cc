@@ -262,7 +262,8 @@ TEST_F(NodeTest, RmaIsRefusedWhenSeveralTenantsShareTheNode) {
 // RMA is the operator's explicit choice, for one tenant.
 TEST_F(NodeTest, AutoServesActiveMessagesOnlyAndRmaIsOptIn) {
   for (const std::vector<TestToken>& tokens :
-       {std::vector<TestToken>{}, std::vector<TestToken>{kTokenA, kTokenReadA, kTokenAdminA}}) {
+       {std::vector<TestToken>{},
+        std::vector<TestToken>{kTokenA, kTokenReadA, kTokenAdminA, kTokenOperator}}) {
     StartNode({}, tokens);  // two tenants, then one
     ClientOptions rma;
     rma.token = kTokenA.token;
@@ -286,7 +287,7 @@ TEST_F(NodeTest, ATenantsLeasesHoldAtMostHalfTheTierWhenOthersShareIt) {
   const NodeProcess::Options small{0, {"dram_bytes=8MiB"}};
   StartNode(small);  // tenant-a and tenant-b
   EXPECT_NE(node_->Log().find("max_held_share_per_namespace auto"), std::string::npos);
-  EXPECT_EQ(NodeStats(*node_).lease_held_limit_bytes(), 4u << 20);
+  EXPECT_EQ(NodeStats(*node_, kTokenA.token).lease_held_limit_bytes(), 4u << 20);
   auto store = Open(*node_, kTokenA.token);
   const Prompt big = MakePrompt(*store, 20, 31);
   auto refused = store->Commit(TestModel(), Payloads(big, 0, big.blocks.size(), false));
@@ -296,12 +297,12 @@ TEST_F(NodeTest, ATenantsLeasesHoldAtMostHalfTheTierWhenOthersShareIt) {
   CommitAll(*store, small_prompt, false);
   auto m = MatchPrompt(*store, small_prompt);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  const v1::StatsResponse held = NodeStats(*node_);
+  const v1::StatsResponse held = NodeStats(*node_, kTokenA.token);
   EXPECT_GE(held.lease_held_bytes(), 10 * GlobalKv().PayloadBytes());
   EXPECT_EQ(held.leased_entries(), 10u);
   EXPECT_EQ(NodeStats(*node_, kTokenB.token).lease_held_bytes(), 0u);  // per namespace
   ASSERT_TRUE(store->Abort(m->lease).ok());
-  EXPECT_EQ(NodeStats(*node_).lease_held_bytes(), 0u);
+  EXPECT_EQ(NodeStats(*node_, kTokenA.token).lease_held_bytes(), 0u);
   store.reset();
   node_.reset();
   // With the node to itself, or with the operator's say-so, a tenant may
@@ -599,7 +600,7 @@ TEST(NodeInProcessTest, AStopWaitsForAReserveBetweenItsDrainingCheckAndItsGrant)
   std::thread stop([&] { (*node)->Shutdown(); });
   bool draining = false;
   for (int i = 0; i < 3000 && !draining; ++i) {
-    draining = NodeStats(target).draining();
+    draining = NodeStats(target, kTokenA.token).draining();
     if (!draining) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(draining) << "the stop did not begin";
@@ -822,6 +823,45 @@ TEST_F(NodeTest, SigtermWaitsForAnAbandonedReservationOnlyForTheGrace) {
   const std::string log = node_->Log();
   EXPECT_NE(log.find("event=node_writes_unfinished write_leases=1"), std::string::npos) << log;
   EXPECT_NE(log.find("released_write_leases=1"), std::string::npos) << log;
+}
+
+// Issue #38: Stats with a tenant's token told node-wide counters (lookups,
+// hits, bytes sent, entries and bytes of other tenants, evictions). A
+// tenant now sees its own figures only; the operator sees the node.
+TEST_F(NodeTest, ATenantsStatsAreItsOwn) {
+  StartNode();
+  auto a = Open(*node_, kTokenA.token);
+  const Prompt p = MakePrompt(*a, 3, 61);
+  CommitAll(*a, p, /*with_swa=*/true);
+  auto m = MatchPrompt(*a, p);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectSameBytes(FetchAll(*a, *m), p, 3, true);
+
+  const v1::StatsResponse b = NodeStats(*node_, kTokenB.token);
+  EXPECT_EQ(b.scope(), "namespace");
+  EXPECT_EQ(b.global_kv_entries() + b.swa_entries() + b.used_bytes(), 0u);
+  EXPECT_EQ(b.match_requests() + b.match_tokens() + b.hit_tokens() + b.hit_bytes(), 0u);
+  EXPECT_EQ(b.read_leases() + b.write_leases() + b.reserved_entries() + b.payload_bytes(), 0u);
+  EXPECT_EQ(b.data_plane_bytes_sent() + b.data_plane_bytes_received(), 0u);
+  EXPECT_EQ(b.namespaces_size() + b.data_plane_transports_size(), 0);
+  for (const auto& [reason, n] : b.evictions()) EXPECT_EQ(n, 0u) << reason;
+
+  const v1::StatsResponse own = NodeStats(*node_, kTokenA.token);
+  EXPECT_EQ(own.scope(), "namespace");
+  EXPECT_EQ(own.global_kv_entries(), 3u);
+  EXPECT_EQ(own.swa_entries(), 1u);
+  EXPECT_GT(own.used_bytes(), 0u);
+  EXPECT_EQ(own.match_requests(), 1u);
+  EXPECT_EQ(own.hit_tokens(), 3u * 256);
+  EXPECT_EQ(own.leased_entries(), 4u);         // the match's lease: 3 blocks and the SWA state
+  EXPECT_EQ(own.data_plane_bytes_sent(), 0u);  // node-wide, not told
+
+  const v1::StatsResponse node = NodeStats(*node_, kTokenOperator.token);
+  EXPECT_EQ(node.scope(), "node");
+  EXPECT_EQ(node.global_kv_entries(), 3u);
+  EXPECT_EQ(node.read_leases(), 1u);
+  EXPECT_GT(node.data_plane_bytes_sent(), 0u);
+  ASSERT_TRUE(a->Abort(m->lease).ok());
 }
 
 TEST_F(NodeTest, TenantsAreIsolated) {
@@ -1494,7 +1534,7 @@ TEST_F(NodeTest, AClientWhoseTokenMovesToAnotherNamespaceWritesNothingThere) {
     EXPECT_EQ(committed.status().code(), StatusCode::kInternal)
         << attempt << ": " << committed.status().ToString();
   }
-  EXPECT_EQ(NodeStats(*node_).global_kv_entries(), 0u);
+  EXPECT_EQ(NodeStats(*node_, kTokenA.token).global_kv_entries(), 0u);  // tenant-b's, now
 }
 
 TEST_F(NodeTest, ReleasedLeasesRideOnTheNextMatchOrFlushSoon) {

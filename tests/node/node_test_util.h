@@ -192,7 +192,9 @@ Status RawCall(const NodeProcess& node, const char* token, Fn fn) {
   return RawCall(node.target(), token, fn);
 }
 
-inline v1::StatsResponse NodeStats(const std::string& target, const char* token = kTokenA.token) {
+// The operator token by default: node-wide figures (a tenant sees only its own).
+inline v1::StatsResponse NodeStats(const std::string& target,
+                                   const char* token = kTokenOperator.token) {
   v1::StatsResponse resp;
   Status st = RawCall(target, token, [&](auto channel, grpc::ClientContext* ctx) {
     return v1::CacheStore::NewStub(channel)->Stats(ctx, v1::StatsRequest(), &resp);
@@ -200,7 +202,8 @@ inline v1::StatsResponse NodeStats(const std::string& target, const char* token 
   EXPECT_TRUE(st.ok()) << st.ToString();
   return resp;
 }
-inline v1::StatsResponse NodeStats(const NodeProcess& node, const char* token = kTokenA.token) {
+inline v1::StatsResponse NodeStats(const NodeProcess& node,
+                                   const char* token = kTokenOperator.token) {
   return NodeStats(node.target(), token);
 }
 

@@ -30,31 +30,45 @@ std::map<std::string, uint64_t> Sorted(const google::protobuf::Map<std::string, 
   return {m.begin(), m.end()};
 }
 
+// A tenant's token is told its own namespace's figures only (scope
+// "namespace"); the node-wide ones are an operator's (scope "node").
+bool NodeScope(const v1::StatsResponse& s) { return s.scope() != "namespace"; }
+
 Json StatsJson(const std::string& address, const v1::StatsResponse& s) {
   Json evictions = Json::MakeObject();
   for (const auto& [reason, count] : Sorted(s.evictions())) evictions.Set(reason, count);
-  Json ssd_evictions = Json::MakeObject();
-  for (const auto& [reason, count] : Sorted(s.ssd_evictions())) ssd_evictions.Set(reason, count);
-  Json transports = Json::MakeArray();
-  for (const std::string& t : s.data_plane_transports()) transports.Push(t);
+  Json dram = Json::MakeObject()
+                  .Set("capacity_bytes", s.capacity_bytes())
+                  .Set("used_bytes", s.used_bytes())
+                  .Set("global_kv_entries", s.global_kv_entries())
+                  .Set("swa_entries", s.swa_entries())
+                  .Set("evictions", std::move(evictions));
   Json j = Json::MakeObject();
   j.Set("node_id", s.node_id())
       .Set("address", address)
+      .Set("scope", NodeScope(s) ? "node" : "namespace")
       .Set("state", s.draining() ? "draining" : "serving")
       .Set("uptime_ms", s.uptime_ms())
       .Set("lookups", s.match_requests())
       .Set("prompt_tokens", s.match_tokens())
       .Set("hit_tokens", s.hit_tokens())
       .Set("hit_bytes", s.hit_bytes())
-      .Set("hit_ratio", HitRatio(s))
-      .Set("dram", Json::MakeObject()
-                       .Set("capacity_bytes", s.capacity_bytes())
-                       .Set("used_bytes", s.used_bytes())
-                       .Set("payload_bytes", s.payload_bytes())
-                       .Set("global_kv_entries", s.global_kv_entries())
-                       .Set("swa_entries", s.swa_entries())
-                       .Set("reserved_entries", s.reserved_entries())
-                       .Set("evictions", std::move(evictions)))
+      .Set("hit_ratio", HitRatio(s));
+  if (!NodeScope(s)) {
+    j.Set("dram", std::move(dram));
+    j.Set("namespace_leases", Json::MakeObject()
+                                  .Set("held_bytes", s.lease_held_bytes())
+                                  .Set("limit_bytes", s.lease_held_limit_bytes())
+                                  .Set("entries", s.leased_entries())
+                                  .Set("entries_limit", s.leased_entries_limit()));
+    return j;
+  }
+  Json ssd_evictions = Json::MakeObject();
+  for (const auto& [reason, count] : Sorted(s.ssd_evictions())) ssd_evictions.Set(reason, count);
+  Json transports = Json::MakeArray();
+  for (const std::string& t : s.data_plane_transports()) transports.Push(t);
+  dram.Set("payload_bytes", s.payload_bytes()).Set("reserved_entries", s.reserved_entries());
+  j.Set("dram", std::move(dram))
       .Set("ssd", Json::MakeObject()
                       .Set("enabled", s.ssd_enabled())
                       .Set("capacity_bytes", s.ssd_capacity_bytes())
@@ -68,27 +82,25 @@ Json StatsJson(const std::string& address, const v1::StatsResponse& s) {
                              .Set("bytes_sent", s.data_plane_bytes_sent())
                              .Set("bytes_received", s.data_plane_bytes_received())
                              .Set("transports", std::move(transports)));
-  // A tenant's token is told its namespace's leases; only an operator
-  // token is told every namespace with entries.
-  if (s.lease_held_limit_bytes() > 0) {
-    j.Set("namespace_leases", Json::MakeObject()
-                                  .Set("held_bytes", s.lease_held_bytes())
-                                  .Set("limit_bytes", s.lease_held_limit_bytes())
-                                  .Set("entries", s.leased_entries())
-                                  .Set("entries_limit", s.leased_entries_limit()));
-  }
-  if (s.namespaces_size() > 0) {
-    Json namespaces = Json::MakeArray();
-    for (const std::string& ns : s.namespaces()) namespaces.Push(ns);
-    j.Set("namespaces", std::move(namespaces));
-  }
+  Json namespaces = Json::MakeArray();
+  for (const std::string& ns : s.namespaces()) namespaces.Push(ns);
+  j.Set("namespaces", std::move(namespaces));
   return j;
 }
 
+std::string EvictionList(const google::protobuf::Map<std::string, uint64_t>& by_reason) {
+  std::string out;
+  for (const auto& [reason, count] : Sorted(by_reason)) {
+    out += (out.empty() ? "" : ", ") + reason + "=" + std::to_string(count);
+  }
+  return out.empty() ? "0" : out;
+}
+
 void PrintStats(const std::string& address, const v1::StatsResponse& s) {
-  std::printf("node %s (%s), %s, up %s\n", s.node_id().c_str(), address.c_str(),
+  std::printf("node %s (%s), %s, up %s%s\n", s.node_id().c_str(), address.c_str(),
               s.draining() ? "draining" : "serving",
-              FormatMs(static_cast<int64_t>(s.uptime_ms())).c_str());
+              FormatMs(static_cast<int64_t>(s.uptime_ms())).c_str(),
+              NodeScope(s) ? "" : "; your namespace's figures only");
   KeyValues kv;
   kv.Add("hit ratio", FormatRatio(s.hit_tokens(), s.match_tokens()) + " of " +
                           std::to_string(s.match_tokens()) + " prompt tokens in " +
@@ -98,30 +110,22 @@ void PrintStats(const std::string& address, const v1::StatsResponse& s) {
   kv.Add("dram", FormatBytes(s.used_bytes()) + " used of " + FormatBytes(s.capacity_bytes()) +
                      ", " + std::to_string(s.global_kv_entries()) + " global + " +
                      std::to_string(s.swa_entries()) + " swa entries");
-  kv.Add("ssd", s.ssd_enabled() ? FormatBytes(s.ssd_used_bytes()) + " used of " +
-                                      FormatBytes(s.ssd_capacity_bytes()) + ", " +
-                                      std::to_string(s.ssd_entries()) + " entries"
-                                : std::string("none"));
-  std::string ev;
-  for (const auto& [reason, count] : Sorted(s.evictions())) {
-    ev += (ev.empty() ? "" : ", ") + reason + "=" + std::to_string(count);
-  }
-  kv.Add("evictions (dram)", ev.empty() ? "0" : ev);
-  if (s.ssd_enabled()) {
-    std::string sev;
-    for (const auto& [reason, count] : Sorted(s.ssd_evictions())) {
-      sev += (sev.empty() ? "" : ", ") + reason + "=" + std::to_string(count);
-    }
-    kv.Add("evictions (ssd)", sev);
-  }
-  kv.Add("live leases",
-         std::to_string(s.read_leases()) + " read, " + std::to_string(s.write_leases()) + " write");
-  if (s.lease_held_limit_bytes() > 0) {  // a tenant's token
+  kv.Add("evictions (dram)", EvictionList(s.evictions()));
+  if (!NodeScope(s)) {
     kv.Add("namespace leases", FormatBytes(s.lease_held_bytes()) + " held of " +
                                    FormatBytes(s.lease_held_limit_bytes()) + " allowed, " +
                                    std::to_string(s.leased_entries()) + " of " +
                                    std::to_string(s.leased_entries_limit()) + " entries");
+    kv.Print(stdout);
+    return;
   }
+  kv.Add("ssd", s.ssd_enabled() ? FormatBytes(s.ssd_used_bytes()) + " used of " +
+                                      FormatBytes(s.ssd_capacity_bytes()) + ", " +
+                                      std::to_string(s.ssd_entries()) + " entries"
+                                : std::string("none"));
+  if (s.ssd_enabled()) kv.Add("evictions (ssd)", EvictionList(s.ssd_evictions()));
+  kv.Add("live leases",
+         std::to_string(s.read_leases()) + " read, " + std::to_string(s.write_leases()) + " write");
   kv.Add("checksum failures", std::to_string(s.checksum_failures() + s.ssd_checksum_failures()));
   kv.Add("data plane", FormatBytes(s.data_plane_bytes_sent()) + " sent, " +
                            FormatBytes(s.data_plane_bytes_received()) + " received");

@@ -165,6 +165,21 @@ struct LeaseHolding {
   uint64_t leased_entries_limit = 0;
 };
 
+// One namespace's own figures, what its tenant's Stats show: a tenant
+// never sees another's, nor the node-wide totals (the operator's).
+struct NamespaceStats {
+  uint64_t global_kv_entries = 0;  // committed, in DRAM
+  uint64_t swa_entries = 0;
+  uint64_t used_bytes = 0;  // their extents
+  uint64_t match_requests = 0;
+  uint64_t match_tokens = 0;
+  uint64_t hit_tokens = 0;
+  uint64_t hit_bytes = 0;
+  std::array<uint64_t, static_cast<size_t>(EvictReason::kCount)>
+      evictions{};  // of its DRAM entries
+  LeaseHolding lease;
+};
+
 struct MaintenanceReport {
   uint64_t expired_read_leases = 0;
   uint64_t expired_write_leases = 0;
@@ -251,6 +266,8 @@ class CacheStore {
   StoreStats Stats() const;
   // The caller's namespace's leases against its limits.
   LeaseHolding Holding(const Principal& caller) const;
+  // The caller's namespace's own figures (counted since the store opened).
+  NamespaceStats NamespaceUsage(const Principal& caller) const;
   MetricsRegistry& metrics() { return *metrics_; }
   const Clock& clock() const { return *clock_; }
 

@@ -70,9 +70,39 @@ uint64_t StoreCounter(CacheStore& store, const char* name) {
   return store.metrics().GetCounter(name, "")->Value();
 }
 
-// What strata-admin's stats and nodes views need beyond the DRAM basics.
-void AddAdminStats(const NodeState& s, CacheStore& store, const StoreStats& st,
-                   v1::StatsResponse* resp) {
+uint64_t UptimeMs(const NodeState& s) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - s.started)
+                                   .count());
+}
+
+void SetEvictions(const std::array<uint64_t, static_cast<size_t>(EvictReason::kCount)>& by_reason,
+                  v1::StatsResponse* resp) {
+  for (size_t i = 0; i < by_reason.size(); ++i) {
+    (*resp->mutable_evictions())[std::string(EvictReasonName(static_cast<EvictReason>(i)))] =
+        by_reason[i];
+  }
+}
+
+// The operator's view: the whole node, every namespace.
+void AddNodeStats(const NodeState& s, CacheStore& store, v1::StatsResponse* resp) {
+  const StoreStats st = store.Stats();
+  resp->set_used_bytes(st.used_bytes);
+  resp->set_payload_bytes(st.payload_bytes);
+  resp->set_global_kv_entries(st.global_kv_entries);
+  resp->set_swa_entries(st.swa_entries);
+  resp->set_reserved_entries(st.reserved_entries);
+  resp->set_read_leases(st.read_leases);
+  resp->set_write_leases(st.write_leases);
+  SetEvictions(st.evictions, resp);
+  for (const std::string& d : s.rdma_devices) resp->add_rdma_devices(d);
+  if (s.data_plane != nullptr) {
+    const auto dp = s.data_plane->stats();
+    resp->set_data_plane_bytes_sent(dp.bytes_sent);
+    resp->set_data_plane_bytes_received(dp.bytes_received);
+    for (const std::string& t : dp.transports) resp->add_data_plane_transports(t);
+  }
+  for (const std::string& ns : store.Namespaces()) resp->add_namespaces(ns);
   resp->set_match_requests(StoreCounter(store, "strata_match_requests_total"));
   resp->set_match_tokens(StoreCounter(store, "strata_match_prompt_tokens_total"));
   resp->set_hit_tokens(StoreCounter(store, "strata_hit_tokens_total"));
@@ -87,9 +117,24 @@ void AddAdminStats(const NodeState& s, CacheStore& store, const StoreStats& st,
     (*resp->mutable_ssd_evictions())["watermark"] = st.ssd.evictions;
     (*resp->mutable_ssd_evictions())["ttl"] = st.ssd.ttl_expired;
   }
-  resp->set_uptime_ms(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                std::chrono::steady_clock::now() - s.started)
-                                                .count()));
+}
+
+// A tenant's view: its own namespace's figures and nothing node-wide (what
+// other tenants store, look up or hold is theirs; issue #38).
+void AddTenantStats(CacheStore& store, const Principal& p, v1::StatsResponse* resp) {
+  const NamespaceStats ns = store.NamespaceUsage(p);
+  resp->set_used_bytes(ns.used_bytes);
+  resp->set_global_kv_entries(ns.global_kv_entries);
+  resp->set_swa_entries(ns.swa_entries);
+  SetEvictions(ns.evictions, resp);
+  resp->set_match_requests(ns.match_requests);
+  resp->set_match_tokens(ns.match_tokens);
+  resp->set_hit_tokens(ns.hit_tokens);
+  resp->set_hit_bytes(ns.hit_bytes);
+  resp->set_lease_held_bytes(ns.lease.held_bytes);
+  resp->set_lease_held_limit_bytes(ns.lease.limit_bytes);
+  resp->set_leased_entries(ns.lease.leased_entries);
+  resp->set_leased_entries_limit(ns.lease.leased_entries_limit);
 }
 
 }  // namespace
@@ -339,38 +384,17 @@ grpc::Status CacheStoreService::Publish(grpc::ServerContext* ctx, const v1::Publ
 grpc::Status CacheStoreService::Stats(grpc::ServerContext* ctx, const v1::StatsRequest*,
                                       v1::StatsResponse* resp) {
   return Serve(s_, "Stats", *ctx, [&](const Principal& p) -> Status {
-    const StoreStats st = s_.store->Stats();
     resp->set_node_id(s_.node_id);
-    resp->set_capacity_bytes(st.capacity_bytes);
-    resp->set_used_bytes(st.used_bytes);
-    resp->set_payload_bytes(st.payload_bytes);
-    resp->set_global_kv_entries(st.global_kv_entries);
-    resp->set_swa_entries(st.swa_entries);
-    resp->set_reserved_entries(st.reserved_entries);
-    resp->set_read_leases(st.read_leases);
-    resp->set_write_leases(st.write_leases);
-    for (size_t i = 0; i < st.evictions.size(); ++i) {
-      (*resp->mutable_evictions())[std::string(EvictReasonName(static_cast<EvictReason>(i)))] =
-          st.evictions[i];
-    }
-    for (const std::string& d : s_.rdma_devices) resp->add_rdma_devices(d);
     resp->set_draining(s_.draining.load());
-    if (s_.data_plane != nullptr) {
-      const auto dp = s_.data_plane->stats();
-      resp->set_data_plane_bytes_sent(dp.bytes_sent);
-      resp->set_data_plane_bytes_received(dp.bytes_received);
-      for (const std::string& t : dp.transports) resp->add_data_plane_transports(t);
-    }
+    resp->set_capacity_bytes(s_.store->Stats().capacity_bytes);
+    resp->set_uptime_ms(UptimeMs(s_));
     if (p.ns == kOperatorNamespace) {
-      for (const std::string& ns : s_.store->Namespaces()) resp->add_namespaces(ns);
-    } else {  // a tenant's own leases (the operator holds none)
-      const LeaseHolding held = s_.store->Holding(p);
-      resp->set_lease_held_bytes(held.held_bytes);
-      resp->set_lease_held_limit_bytes(held.limit_bytes);
-      resp->set_leased_entries(held.leased_entries);
-      resp->set_leased_entries_limit(held.leased_entries_limit);
+      resp->set_scope("node");
+      AddNodeStats(s_, *s_.store, resp);
+    } else {
+      resp->set_scope("namespace");
+      AddTenantStats(*s_.store, p, resp);
     }
-    AddAdminStats(s_, *s_.store, st, resp);
     return Status::Ok();
   });
 }
