@@ -330,12 +330,12 @@ class HttpEndpoint::Loop {
     requests_.fetch_add(1, std::memory_order_relaxed);
     Reply refusal;
     Result<Head> head = ParseHead(std::string_view(c.in).substr(0, end), limits_, &refusal);
-    if (!head.ok()) return Respond(c, std::move(refusal), now);
+    if (!head.ok()) return Respond(c, refusal, now);
     Reply reply = Route(*head);
     reply.close =
         reply.close || WantsClose(*head) || c.requests + 1 >= limits_.max_requests_per_connection;
     c.in.erase(0, end + 4);
-    return Respond(c, std::move(reply), now);
+    return Respond(c, reply, now);
   }
 
   Reply Route(const Head& head) const {
@@ -356,7 +356,7 @@ class HttpEndpoint::Loop {
     return r;
   }
 
-  bool Respond(Connection& c, Reply reply, Nanos now) {
+  bool Respond(Connection& c, const Reply& reply, Nanos now) {
     if (reply.status >= 400 && reply.status < 500 && reply.status != 404) {
       rejected_.fetch_add(1, std::memory_order_relaxed);
     }

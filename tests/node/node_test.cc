@@ -1148,6 +1148,18 @@ TEST_F(NodeTest, AdminListEvictPinAndDrain) {
   EXPECT_TRUE(NodeStats(*node_).draining());
 }
 
+// /healthz says ok and /metrics answers 200 on 127.0.0.1:`port`; the
+// metrics text ("" when either failed).
+std::string ScrapeHealthyNode(int port) {
+  httplib::Client http("127.0.0.1", port);
+  auto health = http.Get("/healthz");
+  auto metrics = http.Get("/metrics");
+  EXPECT_TRUE(health && health->status == 200);
+  EXPECT_TRUE(metrics && metrics->status == 200);
+  return health && health->status == 200 && metrics && metrics->status == 200 ? metrics->body
+                                                                              : std::string();
+}
+
 // Issue #38, on a real node: slow-header clients and an endless head no
 // longer block /metrics and /healthz or grow the node's memory.
 TEST_F(NodeTest, TheHttpPortTakesSlowAndEndlessClients) {
@@ -1172,13 +1184,7 @@ TEST_F(NodeTest, TheHttpPortTakesSlowAndEndlessClients) {
     EXPECT_LT(SendEndlessHead(fd, 64u << 20), 16u << 20) << "the node kept taking an endless head";
     close(fd);
   }
-  httplib::Client http("127.0.0.1", port);
-  auto health = http.Get("/healthz");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 200);
-  auto metrics = http.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_EQ(metrics->status, 200);
+  EXPECT_FALSE(ScrapeHealthyNode(port).empty());
   EXPECT_LT(ResidentBytes(node_->pid()), rss_before + (8u << 20));
   // A refused POST ends its connection: its body is never a request.
   const std::string smuggled = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -1250,24 +1256,15 @@ TEST_F(NodeTest, MetricsAndHealth) {
   auto m = MatchPrompt(*store, p);
   ASSERT_TRUE(m.ok());
   ExpectSameBytes(FetchAll(*store, *m), p, 2, false);
-  httplib::Client http("127.0.0.1", node_->http_port());
-  auto health = http.Get("/healthz");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 200);
-  auto metrics = http.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_EQ(metrics->status, 200);
-  EXPECT_NE(metrics->body.find("strata_node_rpc_total{method=\"Match\",code=\"OK\"}"),
-            std::string::npos)
-      << metrics->body.substr(0, 2000);
-  EXPECT_NE(metrics->body.find("strata_hit_tokens_total 512"), std::string::npos);
-  EXPECT_NE(metrics->body.find("strata_node_rpc_seconds_bucket"), std::string::npos);
+  const std::string body = ScrapeHealthyNode(node_->http_port());
+  EXPECT_NE(body.find("strata_node_rpc_total{method=\"Match\",code=\"OK\"}"), std::string::npos)
+      << body.substr(0, 2000);
+  EXPECT_NE(body.find("strata_hit_tokens_total 512"), std::string::npos);
+  EXPECT_NE(body.find("strata_node_rpc_seconds_bucket"), std::string::npos);
   // The data plane's own lines follow: nothing stuck in flight.
-  EXPECT_NE(metrics->body.find("# TYPE strata_dataplane_requests_total counter\n"),
-            std::string::npos);
-  EXPECT_NE(metrics->body.find("\nstrata_dataplane_transfers_in_flight 0\n"), std::string::npos);
-  EXPECT_NE(metrics->body.find("\nstrata_dataplane_oldest_transfer_seconds 0\n"),
-            std::string::npos);
+  EXPECT_NE(body.find("# TYPE strata_dataplane_requests_total counter\n"), std::string::npos);
+  EXPECT_NE(body.find("\nstrata_dataplane_transfers_in_flight 0\n"), std::string::npos);
+  EXPECT_NE(body.find("\nstrata_dataplane_oldest_transfer_seconds 0\n"), std::string::npos);
 }
 
 TEST_F(NodeTest, JsonLogsStayJsonAndABadLogLevelIsRefusedAloud) {

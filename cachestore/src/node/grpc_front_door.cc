@@ -381,6 +381,22 @@ class GrpcFrontDoor::Loop {
     WriteClient(c);
   }
 
+  // After an SSL call returned `r` <= 0: true when it waits for the socket
+  // (noted in c.ssl_wants_*), false when the connection failed or ended.
+  static bool SslMustWait(Connection& c, int r) {
+    const int err = SSL_get_error(c.ssl, r);
+    if (err == SSL_ERROR_WANT_READ) {
+      c.ssl_wants_read = true;
+      return true;
+    }
+    if (err == SSL_ERROR_WANT_WRITE) {
+      c.ssl_wants_write = true;
+      return true;
+    }
+    ERR_clear_error();
+    return false;
+  }
+
   bool Handshake(Connection& c) {
     c.ssl_wants_read = c.ssl_wants_write = false;
     const int r = SSL_do_handshake(c.ssl);
@@ -388,15 +404,9 @@ class GrpcFrontDoor::Loop {
       c.handshaken = true;
       return true;
     }
-    const int err = SSL_get_error(c.ssl, r);
-    if (err == SSL_ERROR_WANT_READ) {
-      c.ssl_wants_read = true;
-    } else if (err == SSL_ERROR_WANT_WRITE) {
-      c.ssl_wants_write = true;
-    } else {
+    if (!SslMustWait(c, r)) {
       c.dead = true;
       closed_handshake_.fetch_add(1, std::memory_order_relaxed);
-      ERR_clear_error();
     }
     return false;
   }
@@ -410,15 +420,7 @@ class GrpcFrontDoor::Loop {
       if (c.ssl != nullptr) {
         const int r = SSL_read(c.ssl, buf, sizeof(buf));
         if (r <= 0) {
-          const int err = SSL_get_error(c.ssl, r);
-          if (err == SSL_ERROR_WANT_READ) {
-            c.ssl_wants_read = true;
-          } else if (err == SSL_ERROR_WANT_WRITE) {
-            c.ssl_wants_write = true;
-          } else {
-            c.client_eof = true;  // close_notify, or a broken connection
-            ERR_clear_error();
-          }
+          if (!SslMustWait(c, r)) c.client_eof = true;  // close_notify, or a broken connection
           return;
         }
         n = r;
@@ -504,15 +506,7 @@ class GrpcFrontDoor::Loop {
       if (c.ssl != nullptr) {
         const int r = SSL_write(c.ssl, c.down.data(), static_cast<int>(c.down.size()));
         if (r <= 0) {
-          const int err = SSL_get_error(c.ssl, r);
-          if (err == SSL_ERROR_WANT_WRITE) {
-            c.ssl_wants_write = true;
-          } else if (err == SSL_ERROR_WANT_READ) {
-            c.ssl_wants_read = true;
-          } else {
-            c.dead = true;
-            ERR_clear_error();
-          }
+          if (!SslMustWait(c, r)) c.dead = true;
           return;
         }
         c.down.Consume(static_cast<size_t>(r));
