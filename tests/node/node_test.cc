@@ -257,6 +257,27 @@ TEST_F(NodeTest, RmaIsRefusedWhenSeveralTenantsShareTheNode) {
       << error;
 }
 
+// Issue #39: two nodes on one port split clients between two stores (gRPC
+// sets SO_REUSEPORT). The front door and the HTTP endpoint bind without
+// it: the second node fails at start-up, saying the port is in use, and
+// the first keeps serving.
+TEST_F(NodeTest, ASecondNodeOnATakenPortDoesNotStart) {
+  StartNode();
+  std::string error;
+  EXPECT_EQ(NodeProcess::Start(dir_, {.port = node_->grpc_port(), .settings = {}}, &error),
+            nullptr);
+  EXPECT_NE(error.find("in use"), std::string::npos) << error;
+  // And the HTTP port alone, with a free gRPC port.
+  EXPECT_EQ(
+      NodeProcess::Start(
+          dir_,
+          {.port = 0, .settings = {"http_listen=127.0.0.1:" + std::to_string(node_->http_port())}},
+          &error),
+      nullptr);
+  EXPECT_NE(error.find("in use"), std::string::npos) << error;
+  RoundTrip(*node_, "am", 7);
+}
+
 // Issue #38: RMA exposes the node's memory to whoever reaches its UCX
 // worker, so `auto` serves active messages only, whatever the tenants;
 // RMA is the operator's explicit choice, for one tenant.
