@@ -185,7 +185,8 @@ class HttpEndpoint::Loop {
     std::vector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       fds.clear();
-      fds.push_back({listen_fd_, POLLIN, 0});
+      // Out of descriptors, the listener stays readable: rest it a moment.
+      fds.push_back({Now() >= accept_again_at_ ? listen_fd_ : -1, POLLIN, 0});
       fds.push_back({wake_fd_, POLLIN, 0});
       for (const Connection& c : connections_) {
         fds.push_back(
@@ -252,6 +253,7 @@ class HttpEndpoint::Loop {
 
   int PollTimeoutMs() const {
     Nanos next = Now() + Seconds(1);
+    if (accept_again_at_ > Now()) next = std::min(next, accept_again_at_);
     for (const Connection& c : connections_) next = std::min(next, Deadline(c));
     return static_cast<int>(std::max<Nanos>(0, next - Now()) / kNanosPerMilli + 1);
   }
@@ -266,7 +268,10 @@ class HttpEndpoint::Loop {
   void Accept(Nanos now) {
     for (int n = 0; n < 64; ++n) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) accept_again_at_ = now + 100 * kNanosPerMilli;
+        return;
+      }
       if (connections_.size() >= limits_.max_connections) MakeRoom();
       Connection c;
       c.fd = fd;
@@ -296,7 +301,7 @@ class HttpEndpoint::Loop {
       case State::kWriting:
         return Write(c, now);
       case State::kLingering:
-        return Linger(c);
+        return Linger(c, now);
     }
     return false;
   }
@@ -397,7 +402,8 @@ class HttpEndpoint::Loop {
     return c.has_bytes ? Dispatch(c, now) : true;
   }
 
-  bool Linger(Connection& c) {
+  bool Linger(Connection& c, Nanos now) {
+    if (Expired(c, now)) return false;  // a trickle of bytes does not keep it
     char buf[kReadChunk];
     for (;;) {
       const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
@@ -414,6 +420,7 @@ class HttpEndpoint::Loop {
   const std::function<bool()> healthy_;
   const HttpLimits limits_;
   std::list<Connection> connections_;  // the loop thread's only
+  Nanos accept_again_at_ = 0;          // likewise
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> open_{0};
   std::atomic<uint64_t> dropped_{0};

@@ -1341,6 +1341,51 @@ TEST_F(NodeTest, TlsControlPlane) {
   auto refused = OpenStore(node_->uri(), plain);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  // TLS clients that vanish mid-session (killed: no close_notify) leave the
+  // others' connections alone: OpenSSL's error queue is per thread, and the
+  // front door serves every connection from one.
+  for (int i = 0; i < 3; ++i) {
+    const std::string vanish =
+        "(sleep 1) | timeout -s KILL 1 openssl s_client -connect 127.0.0.1:" +
+        std::to_string(node_->grpc_port()) + " -alpn h2 >/dev/null 2>&1";
+    (void)std::system(vanish.c_str());
+    for (int call = 0; call < 5; ++call) {
+      auto again = MatchPrompt(**store, p, false);
+      ASSERT_TRUE(again.ok()) << "after vanished client " << i << ": " << again.status().ToString();
+    }
+  }
+}
+
+// A client that breaks the protocol (DATA on stream 0) and then holds its
+// connection open keeps neither the node busy nor anyone else from being
+// served.
+TEST_F(NodeTest, AClientHoldingABrokenConnectionCostsNothing) {
+  StartNode();
+  const int fd = ConnectLoopback(node_->grpc_port(), /*recv_timeout_s=*/2);
+  ASSERT_GE(fd, 0);
+  std::string bad = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  bad += std::string("\0\0\0\4\0\0\0\0\0", 9);           // SETTINGS
+  bad += std::string("\0\0\4\0\0\0\0\0\0", 9) + "oops";  // DATA, stream 0
+  ASSERT_EQ(send(fd, bad.data(), bad.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bad.size()));
+  EXPECT_FALSE(ReadAll(fd).empty());  // gRPC's answer came through (within 2 s)
+  // The node is idle meanwhile: a second of its CPU time is mostly sleep.
+  auto cpu_ticks = [&] {
+    std::ifstream in("/proc/" + std::to_string(node_->pid()) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string f;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {
+      if (i == 14) utime = std::stoull(f);
+      if (i == 15) stime = std::stoull(f);
+    }
+    return utime + stime;
+  };
+  const uint64_t before = cpu_ticks();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(cpu_ticks() - before, static_cast<uint64_t>(sysconf(_SC_CLK_TCK) / 2));
+  RoundTrip(*node_, "am", 8);
+  close(fd);
 }
 
 TEST_F(NodeTest, ManyConcurrentClients) {

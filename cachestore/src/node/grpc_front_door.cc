@@ -42,6 +42,18 @@ class TokenBucket {
     tokens_ -= 1;
     return true;
   }
+  // Takes one token even when there is none (a debt); false if it had to.
+  bool TakeOnCredit(Nanos now) {
+    Refill(now);
+    tokens_ -= 1;
+    return tokens_ >= 0;
+  }
+  // When a debt is paid (now if there is none).
+  Nanos PaidAt(Nanos now) {
+    Refill(now);
+    if (tokens_ >= 0) return now;
+    return now + static_cast<Nanos>(-tokens_ / rate_ * static_cast<double>(kNanosPerSecond));
+  }
   double Available(Nanos now) {
     Refill(now);
     return tokens_;
@@ -198,7 +210,7 @@ class GrpcFrontDoor::Loop {
         node_resets_(limits.node_resets_per_second, limits.node_reset_burst) {}
   ~Loop() {
     for (Connection& c : connections_) CloseFds(c);
-    close(listen_fd_);
+    if (listen_fd_ >= 0) close(listen_fd_);
     close(wake_fd_);
     if (tls_ != nullptr) SSL_CTX_free(tls_);
   }
@@ -209,25 +221,38 @@ class GrpcFrontDoor::Loop {
     std::vector<pollfd> fds;
     while (!stop_.load(std::memory_order_acquire)) {
       Nanos now = Now();
+      if (stop_accepting_.load(std::memory_order_acquire) && listen_fd_ >= 0) {
+        close(listen_fd_);  // new connections are refused by the kernel now
+        listen_fd_ = -1;
+      }
+      const Nanos drain_until = draining_until_.load(std::memory_order_acquire);
+      if (drain_until != 0 && (connections_.empty() || now >= drain_until)) return;
       fds.clear();
-      fds.push_back({listen_fd_, POLLIN, 0});
+      const bool accepting = listen_fd_ >= 0 && now >= accept_again_at_;
+      fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
       fds.push_back({wake_fd_, POLLIN, 0});
       Nanos next = now + Seconds(1);
+      if (!accepting && listen_fd_ >= 0) next = std::min(next, accept_again_at_);
       for (Connection& c : connections_) {
-        fds.push_back({c.client, ClientEvents(c, now), 0});
-        fds.push_back({c.inner, static_cast<int16_t>(c.inner < 0 ? 0 : InnerEvents(c)), 0});
+        // A side with nothing to wait for is left out: poll reports POLLHUP
+        // on a closed socket whatever was asked, and would never sleep.
+        const int16_t client_events = ClientEvents(c, now);
+        const int16_t inner_events = c.inner < 0 ? 0 : InnerEvents(c);
+        fds.push_back({client_events != 0 ? c.client : -1, client_events, 0});
+        fds.push_back({inner_events != 0 ? c.inner : -1, inner_events, 0});
         if (c.paused_until > now) next = std::min(next, c.paused_until);
-        if (!c.ready) next = std::min(next, c.accepted + limits_.handshake_timeout);
+        next = std::min(next, Deadline(c));
       }
-      (void)poll(fds.data(), fds.size(), static_cast<int>((next - now) / kNanosPerMilli + 1));
+      const Nanos wait = std::max<Nanos>(0, next - now);
+      (void)poll(fds.data(), fds.size(), static_cast<int>(wait / kNanosPerMilli + 1));
       now = Now();
       size_t i = 2;
       for (auto it = connections_.begin(); it != connections_.end(); i += 2) {
         Connection& c = *it;
         const bool resumed = c.paused_until != 0 && c.paused_until <= now;
-        if (!c.ready && now >= c.accepted + limits_.handshake_timeout) {
+        if (now >= Deadline(c)) {
           c.dead = true;
-          closed_handshake_.fetch_add(1, std::memory_order_relaxed);
+          (c.ready ? closed_idle_ : closed_handshake_).fetch_add(1, std::memory_order_relaxed);
         } else if (fds[i].revents != 0 || fds[i + 1].revents != 0 || resumed) {
           if (resumed) c.paused_until = 0;
           Pump(c, now);
@@ -244,10 +269,20 @@ class GrpcFrontDoor::Loop {
     }
   }
 
+  // Stops taking new connections (the listener closes); those open go on.
+  void StopAccepting() {
+    stop_accepting_.store(true, std::memory_order_release);
+    Wake();
+  }
+  // Ends the loop once every connection has finished or `deadline` passes.
+  void Drain(Nanos deadline) {
+    stop_accepting_.store(true, std::memory_order_release);
+    draining_until_.store(std::max<Nanos>(deadline, 1), std::memory_order_release);
+    Wake();
+  }
   void Stop() {
     stop_.store(true, std::memory_order_release);
-    const uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
+    Wake();
   }
 
   GrpcFrontDoor::Stats stats() const {
@@ -256,6 +291,7 @@ class GrpcFrontDoor::Loop {
             refused_.load(std::memory_order_relaxed),
             reset_flood_.load(std::memory_order_relaxed),
             closed_handshake_.load(std::memory_order_relaxed),
+            closed_idle_.load(std::memory_order_relaxed),
             throttled_.load(std::memory_order_relaxed)};
   }
 
@@ -264,7 +300,8 @@ class GrpcFrontDoor::Loop {
     Connection(const FrontDoorLimits& l, Nanos now)
         : resets(l.resets_per_second, l.reset_burst),
           streams(l.streams_per_second, l.stream_burst),
-          accepted(now) {}
+          accepted(now),
+          last_active(now) {}
     int client = -1;
     int inner = -1;  // ours of the socketpair whose other end gRPC serves
     SSL* ssl = nullptr;
@@ -283,8 +320,24 @@ class GrpcFrontDoor::Loop {
     TokenBucket streams;
     Nanos accepted;
     Nanos paused_until = 0;
+    Nanos last_active;              // bytes moved either way
+    Nanos write_stalled_since = 0;  // bytes for the client it does not take; 0: none
     std::string peer;
   };
+
+  void Wake() {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+
+  // When `c` is closed if nothing happens first: its TLS handshake and
+  // preface, a client that takes no bytes, or idleness.
+  Nanos Deadline(const Connection& c) const {
+    if (!c.ready) return c.accepted + limits_.handshake_timeout;
+    Nanos d = c.last_active + limits_.idle_timeout;
+    if (c.write_stalled_since != 0) d = std::min(d, c.write_stalled_since + limits_.write_timeout);
+    return d;
+  }
 
   int16_t ClientEvents(const Connection& c, Nanos now) const {
     int16_t ev = 0;
@@ -301,9 +354,12 @@ class GrpcFrontDoor::Loop {
     return ev;
   }
 
-  bool Finished(const Connection& c) const {
+  // Over once gRPC's side has ended and what it sent is with the client
+  // (the client can do nothing more without it), or the client left before
+  // it was connected.
+  static bool Finished(const Connection& c) {
     if (c.inner < 0) return c.client_eof;
-    return c.up_shut && c.down_shut;
+    return c.down_shut;
   }
 
   void CloseFds(Connection& c) {
@@ -320,8 +376,13 @@ class GrpcFrontDoor::Loop {
       socklen_t len = sizeof(addr);
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
-      if (connections_.size() >= limits_.max_connections) {
+      if (fd < 0) {
+        // Out of descriptors: the listener stays readable, so leave it
+        // alone for a moment rather than spin on it.
+        if (errno == EMFILE || errno == ENFILE) accept_again_at_ = now + 100 * kNanosPerMilli;
+        return;
+      }
+      if (connections_.size() >= limits_.max_connections && !MakeRoom(now)) {
         close(fd);
         if (refused_.fetch_add(1, std::memory_order_relaxed) % 1000 == 0) {
           spdlog::warn("event=grpc_connection_refused reason=max_connections limit={}",
@@ -344,13 +405,29 @@ class GrpcFrontDoor::Loop {
       accepted_.fetch_add(1, std::memory_order_relaxed);
       open_.fetch_add(1, std::memory_order_relaxed);
       c.connect_early = node_resets_.Available(now) >= limits_.node_reset_burst / 2;
-      Pump(c, now);
+      if (!c.dead) Pump(c, now);
       if (c.dead) {
         CloseFds(c);
         connections_.pop_back();
         open_.fetch_sub(1, std::memory_order_relaxed);
       }
     }
+  }
+
+  // At max_connections: closes the connection idle longest, if it has been
+  // idle a second at least (connections that hold a slot and do nothing
+  // must not lock everyone else out); false if none is.
+  bool MakeRoom(Nanos now) {
+    auto idlest = connections_.end();
+    for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+      if (idlest == connections_.end() || it->last_active < idlest->last_active) idlest = it;
+    }
+    if (idlest == connections_.end() || now - idlest->last_active < Seconds(1)) return false;
+    CloseFds(*idlest);
+    connections_.erase(idlest);
+    open_.fetch_sub(1, std::memory_order_relaxed);
+    closed_idle_.fetch_add(1, std::memory_order_relaxed);
+    return true;
   }
 
   static std::string PeerName(const sockaddr_storage& addr) {
@@ -383,6 +460,9 @@ class GrpcFrontDoor::Loop {
 
   // After an SSL call returned `r` <= 0: true when it waits for the socket
   // (noted in c.ssl_wants_*), false when the connection failed or ended.
+  // Each SSL call is preceded by ERR_clear_error(): the error queue is the
+  // thread's, and one connection's failure left in it would make the next
+  // connection's harmless WANT_READ look like a failure.
   static bool SslMustWait(Connection& c, int r) {
     const int err = SSL_get_error(c.ssl, r);
     if (err == SSL_ERROR_WANT_READ) {
@@ -399,6 +479,7 @@ class GrpcFrontDoor::Loop {
 
   bool Handshake(Connection& c) {
     c.ssl_wants_read = c.ssl_wants_write = false;
+    ERR_clear_error();
     const int r = SSL_do_handshake(c.ssl);
     if (r == 1) {
       c.handshaken = true;
@@ -418,6 +499,7 @@ class GrpcFrontDoor::Loop {
     while (!c.client_eof && c.up.size() < limits_.buffer_bytes && now >= c.paused_until) {
       ssize_t n = 0;
       if (c.ssl != nullptr) {
+        ERR_clear_error();
         const int r = SSL_read(c.ssl, buf, sizeof(buf));
         if (r <= 0) {
           if (!SslMustWait(c, r)) c.client_eof = true;  // close_notify, or a broken connection
@@ -436,8 +518,9 @@ class GrpcFrontDoor::Loop {
         if (type == kRstStreamFrame && (!c.resets.Take(now) || !node_resets_.Take(now))) {
           c.dead = true;
         }
-        if (type == kHeadersFrame && !c.streams.Take(now) && c.paused_until <= now) {
-          c.paused_until = c.streams.NextAt(now);
+        // Streams go into debt: a chunk holds many frames, all forwarded,
+        // and the connection then rests until the debt is paid.
+        if (type == kHeadersFrame && !c.streams.TakeOnCredit(now)) {
           throttled_.fetch_add(1, std::memory_order_relaxed);
         }
       });
@@ -455,6 +538,8 @@ class GrpcFrontDoor::Loop {
       }
       c.ready = c.handshaken && c.scanner.preface_done();
       c.up.Append(buf, static_cast<size_t>(n));
+      c.last_active = now;
+      if (const Nanos paid = c.streams.PaidAt(now); paid > now) c.paused_until = paid;
     }
   }
 
@@ -497,6 +582,7 @@ class GrpcFrontDoor::Loop {
         return;
       }
       c.down.Append(buf, static_cast<size_t>(n));
+      c.last_active = Now();
     }
   }
 
@@ -504,38 +590,51 @@ class GrpcFrontDoor::Loop {
     c.ssl_wants_write = false;
     while (!c.down.empty()) {
       if (c.ssl != nullptr) {
+        ERR_clear_error();
         const int r = SSL_write(c.ssl, c.down.data(), static_cast<int>(c.down.size()));
         if (r <= 0) {
           if (!SslMustWait(c, r)) c.dead = true;
+          if (c.write_stalled_since == 0) c.write_stalled_since = Now();
           return;
         }
         c.down.Consume(static_cast<size_t>(r));
+        c.write_stalled_since = 0;
       } else {
         const ssize_t n = send(c.client, c.down.data(), c.down.size(), MSG_NOSIGNAL);
         if (n < 0) {
           if (!WouldBlock()) c.dead = true;
+          if (c.write_stalled_since == 0) c.write_stalled_since = Now();
           return;
         }
         c.down.Consume(static_cast<size_t>(n));
+        c.write_stalled_since = 0;
       }
     }
+    c.write_stalled_since = 0;  // all written
     if (c.inner_eof && !c.down_shut) {
-      if (c.ssl != nullptr) (void)SSL_shutdown(c.ssl);
+      if (c.ssl != nullptr && SSL_in_init(c.ssl) == 0) {
+        ERR_clear_error();
+        (void)SSL_shutdown(c.ssl);
+        ERR_clear_error();
+      }
       shutdown(c.client, SHUT_WR);
       c.down_shut = true;
     }
   }
 
-  const int listen_fd_;
+  int listen_fd_;  // -1 once closed (StopAccepting)
   const int wake_fd_;
   const sockaddr_un inner_addr_;
   SSL_CTX* const tls_;  // null: plaintext
   const FrontDoorLimits limits_;
   std::list<Connection> connections_;  // the loop thread's only, as are the buckets
   TokenBucket node_resets_;
+  Nanos accept_again_at_ = 0;  // after running out of descriptors
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_accepting_{false};
+  std::atomic<Nanos> draining_until_{0};
   std::atomic<uint64_t> open_{0}, accepted_{0}, refused_{0}, reset_flood_{0}, closed_handshake_{0},
-      throttled_{0};
+      closed_idle_{0}, throttled_{0};
 };
 
 Result<std::unique_ptr<GrpcFrontDoor>> GrpcFrontDoor::Start(const std::string& listen,
@@ -571,9 +670,18 @@ Result<std::unique_ptr<GrpcFrontDoor>> GrpcFrontDoor::Start(const std::string& l
 
 GrpcFrontDoor::~GrpcFrontDoor() { Stop(); }
 
-void GrpcFrontDoor::Stop() {
-  if (loop_ != nullptr) loop_->Stop();
-  if (thread_.joinable()) thread_.join();
+void GrpcFrontDoor::StopAccepting() {
+  if (loop_ != nullptr) loop_->StopAccepting();
+}
+
+void GrpcFrontDoor::Stop(Nanos drain_until) {
+  if (loop_ == nullptr || !thread_.joinable()) return;
+  if (drain_until > 0) {
+    loop_->Drain(drain_until);  // the loop returns by itself
+  } else {
+    loop_->Stop();
+  }
+  thread_.join();
 }
 
 GrpcFrontDoor::Stats GrpcFrontDoor::stats() const {

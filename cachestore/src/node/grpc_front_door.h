@@ -48,6 +48,12 @@ struct FrontDoorLimits {
   double stream_burst = 20'000;
   size_t buffer_bytes = 256 << 10;
   Nanos handshake_timeout = Seconds(10);
+  // A connection that moves no byte for this long is closed (gRPC clients
+  // reconnect), and at max_connections the one idle longest (a second at
+  // least) makes room for a new one.
+  Nanos idle_timeout = Minutes(10);
+  // A client that takes none of the bytes waiting for it for this long.
+  Nanos write_timeout = Seconds(30);
 };
 
 struct FrontDoorTls {
@@ -68,8 +74,13 @@ class GrpcFrontDoor {
   ~GrpcFrontDoor();
   GrpcFrontDoor(const GrpcFrontDoor&) = delete;
   GrpcFrontDoor& operator=(const GrpcFrontDoor&) = delete;
-  // Closes the listener and every connection; joins the thread.
-  void Stop();
+  // Closes the listener; the connections open go on (a node stopping lets
+  // gRPC's GOAWAY and last replies through).
+  void StopAccepting();
+  // Stops: relays what is in flight until every connection has ended or
+  // `drain_until` (steady clock ns; 0: at once) passes, then closes them
+  // all and joins the thread.
+  void Stop(Nanos drain_until = 0);
   int port() const { return port_; }
 
   struct Stats {
@@ -78,6 +89,7 @@ class GrpcFrontDoor {
     uint64_t refused_full = 0;        // past max_connections
     uint64_t closed_reset_flood = 0;  // reset faster than resets_per_second
     uint64_t closed_handshake = 0;    // no TLS handshake or preface in time, or a bad one
+    uint64_t closed_idle = 0;         // idle, a client that reads nothing, or room made
     uint64_t throttled = 0;           // times a connection was read more slowly
   };
   Stats stats() const;

@@ -431,8 +431,11 @@ void Node::Shutdown() {
   if (!WaitUntil([&] { return n.state.calls_in_flight.load() == 0; }, deadline)) {
     spdlog::warn("event=calls_cancelled in_flight={}", n.state.calls_in_flight.load());
   }
-  n.front_door->Stop();  // no new connections; those open close
+  // No new connections; those open carry gRPC's GOAWAY and last replies
+  // out, for a moment, before they close.
+  n.front_door->StopAccepting();
   n.server->Shutdown(std::chrono::system_clock::now());
+  n.front_door->Stop(SteadyClock().Now() + 500 * kNanosPerMilli);
   if (n.http != nullptr) n.http->Stop();
   const StoreStats stats = n.state.store->Stats();
   spdlog::info(

@@ -3,6 +3,8 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -44,9 +46,22 @@ void SetUpLogging(const strata::NodeConfig& config) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
 }
 
+// Each control-plane connection costs the node three descriptors (the
+// client's, the relay's and gRPC's end): take the hard limit, so that the
+// front door's connection cap, not the default soft limit of 1024, bounds
+// them.
+void RaiseDescriptorLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  RaiseDescriptorLimit();
   CLI::App app{"strata-node: a Strata cache storage node"};
   std::string config_path;
   std::vector<std::string> overrides;
