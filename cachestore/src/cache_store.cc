@@ -1333,10 +1333,11 @@ class CacheStore::PrefixLookup {
   PrefixLookup(Impl& s, const Principal& caller, const ModelId& model, uint32_t block_tokens,
                uint32_t prompt_blocks, bool lease, Nanos lease_ttl, bool promote_ssd = false)
       : s_(s),
-        // With an SSD tier a namespace may have entries this process never
-        // saw committed (written before a restart).
-        ns_(s.ssd != nullptr ? std::optional<uint32_t>(s.InternNamespace(caller.ns))
-                             : s.FindNamespace(caller.ns)),
+        // Interned even before it stores anything: its lookups are counted
+        // (NamespaceUsage), and with an SSD tier it may have entries this
+        // process never saw committed (written before a restart). Callers'
+        // namespaces come from their credentials, so they are few.
+        ns_(s.InternNamespace(caller.ns)),
         ns_name_(caller.ns),
         lease_(lease),
         promote_(lease && promote_ssd && s.ssd != nullptr),

@@ -855,14 +855,23 @@ TEST_F(NodeTest, ATenantsStatsAreItsOwn) {
   auto a = Open(*node_, kTokenA.token);
   const Prompt p = MakePrompt(*a, 3, 61);
   CommitAll(*a, p, /*with_swa=*/true);
+  const uint64_t a_lookups_before = NodeStats(*node_, kTokenA.token).match_requests();
   auto m = MatchPrompt(*a, p);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ExpectSameBytes(FetchAll(*a, *m), p, 3, true);
 
+  // Tenant B looks the same prompt up (a miss: the keys are A's) and sees
+  // its own lookup, none of A's.
+  auto b_store = Open(*node_, kTokenB.token);
+  auto miss = MatchPrompt(*b_store, p, false);
+  ASSERT_TRUE(miss.ok()) << miss.status().ToString();
+  EXPECT_TRUE(miss->blocks.empty());
   const v1::StatsResponse b = NodeStats(*node_, kTokenB.token);
   EXPECT_EQ(b.scope(), "namespace");
   EXPECT_EQ(b.global_kv_entries() + b.swa_entries() + b.used_bytes(), 0u);
-  EXPECT_EQ(b.match_requests() + b.match_tokens() + b.hit_tokens() + b.hit_bytes(), 0u);
+  EXPECT_EQ(b.match_requests(), 1u);
+  EXPECT_EQ(b.match_tokens(), 3u * 256);
+  EXPECT_EQ(b.hit_tokens() + b.hit_bytes(), 0u);
   EXPECT_EQ(b.read_leases() + b.write_leases() + b.reserved_entries() + b.payload_bytes(), 0u);
   EXPECT_EQ(b.data_plane_bytes_sent() + b.data_plane_bytes_received(), 0u);
   EXPECT_EQ(b.namespaces_size() + b.data_plane_transports_size(), 0);
@@ -873,7 +882,7 @@ TEST_F(NodeTest, ATenantsStatsAreItsOwn) {
   EXPECT_EQ(own.global_kv_entries(), 3u);
   EXPECT_EQ(own.swa_entries(), 1u);
   EXPECT_GT(own.used_bytes(), 0u);
-  EXPECT_EQ(own.match_requests(), 1u);
+  EXPECT_EQ(own.match_requests() - a_lookups_before, 1u);
   EXPECT_EQ(own.hit_tokens(), 3u * 256);
   EXPECT_EQ(own.leased_entries(), 4u);         // the match's lease: 3 blocks and the SWA state
   EXPECT_EQ(own.data_plane_bytes_sent(), 0u);  // node-wide, not told

@@ -242,7 +242,8 @@ class CacheStore {
   Result<EntryPage> ListEntries(const Principal& caller, const EntryFilter& filter,
                                 const std::optional<EntryCursor>& after, uint32_t limit);
   Result<EvictReport> Evict(const Principal& caller, const EvictRequest& request);
-  // Namespaces that have stored anything, for cluster-wide admin views.
+  // Namespaces that have used this store (stored or looked anything up), for
+  // cluster-wide admin views.
   std::vector<std::string> Namespaces() const;
 
   // ---- serving over a data plane (strata-node) -----------------------------
