@@ -9,6 +9,13 @@
 
 namespace strata {
 
+std::string BareHost(std::string host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
 Result<ListeningSocket> ListenOn(const std::string& listen, const std::string& what) {
   const size_t colon = listen.rfind(':');
   int port = -1;
@@ -20,11 +27,8 @@ Result<ListeningSocket> ListenOn(const std::string& listen, const std::string& w
     return InvalidArgument("the " + what + " listen address must be host:port, got '" + listen +
                            "'");
   }
-  std::string host = listen.substr(0, colon);
-  // "[::1]:port", as gRPC's listen takes it; getaddrinfo wants the bare address.
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  // getaddrinfo wants the bare address.
+  const std::string host = BareHost(listen.substr(0, colon));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

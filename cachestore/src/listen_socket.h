@@ -14,6 +14,10 @@ struct ListeningSocket {
   int port = 0;
 };
 
+// "::1" for "[::1]", as gRPC's listen writes an IPv6 host; any other host
+// as it is.
+std::string BareHost(std::string host);
+
 // SO_REUSEADDR (a restart binds past TIME_WAIT) and no SO_REUSEPORT, so a
 // port another process listens on is UNAVAILABLE, never a shared port.
 // `what` names the listener in errors ("HTTP", "gRPC").

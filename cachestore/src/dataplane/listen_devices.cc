@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
+
+#include "listen_socket.h"
 
 namespace strata::dataplane::internal {
 namespace {
@@ -39,8 +42,9 @@ std::vector<std::string> RdmaPorts() {
   if (devices == nullptr) return out;
   for (int i = 0; i < count; ++i) {
     const char* name = ibv_get_device_name(devices[i]);
+    if (name == nullptr) continue;
     ibv_context* ctx = ibv_open_device(devices[i]);
-    if (name == nullptr || ctx == nullptr) continue;
+    if (ctx == nullptr) continue;
     ibv_device_attr attr{};
     if (ibv_query_device(ctx, &attr) == 0) {
       for (int port = 1; port <= attr.phys_port_cnt; ++port) {
@@ -56,9 +60,7 @@ std::vector<std::string> RdmaPorts() {
 }  // namespace
 
 Result<std::vector<std::string>> NetDevicesForListenHost(std::string host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  host = BareHost(std::move(host));
   if (IsWildcard(host) || std::getenv("UCX_NET_DEVICES") != nullptr)
     return std::vector<std::string>{};
   addrinfo hints{};

@@ -58,12 +58,6 @@ class TokenBucket {
     Refill(now);
     return tokens_;
   }
-  // When the next token will be there.
-  Nanos NextAt(Nanos now) {
-    Refill(now);
-    if (tokens_ >= 1) return now;
-    return now + static_cast<Nanos>((1 - tokens_) / rate_ * static_cast<double>(kNanosPerSecond));
-  }
 
  private:
   void Refill(Nanos now) {
