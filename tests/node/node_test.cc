@@ -1191,6 +1191,13 @@ std::string ScrapeHealthyNode(int port) {
                                                                               : std::string();
 }
 
+// The value of the sample `name` (labels included) in Prometheus text; -1
+// when absent.
+double MetricValue(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
 // Issue #38, on a real node: slow-header clients and an endless head no
 // longer block /metrics and /healthz or grow the node's memory.
 TEST_F(NodeTest, TheHttpPortTakesSlowAndEndlessClients) {
@@ -1260,13 +1267,17 @@ TEST_F(NodeTest, RapidResetFloodLeavesTheNodeServing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   attacker.join();
+  const std::string metrics = ScrapeHealthyNode(node_->http_port());
+  const double relayed = MetricValue(metrics, "strata_grpc_resets_relayed_total");
   std::printf(
-      "flood: %llu streams sent on %llu connections; %d authenticated calls, %d failed; node "
-      "threads <= %d, RSS %llu -> <= %llu MiB\n",
+      "flood: %llu streams sent on %llu connections, %.0f resets relayed to gRPC; %d "
+      "authenticated calls, %d failed; node threads <= %d, RSS %llu -> <= %llu MiB\n",
       static_cast<unsigned long long>(flood.streams),
-      static_cast<unsigned long long>(flood.connections), calls, failed, max_threads,
+      static_cast<unsigned long long>(flood.connections), relayed, calls, failed, max_threads,
       static_cast<unsigned long long>(rss_before >> 20),
       static_cast<unsigned long long>(max_rss >> 20));
+  EXPECT_GT(MetricValue(metrics, "strata_grpc_connections_closed_total{reason=\"reset_flood\"}"),
+            0);
   EXPECT_EQ(flood.connections_made, 2);
   EXPECT_GT(flood.streams, 1000u) << "the flood never got going";
   EXPECT_GT(calls, 0);

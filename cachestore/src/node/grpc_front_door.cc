@@ -286,7 +286,9 @@ class GrpcFrontDoor::Loop {
             reset_flood_.load(std::memory_order_relaxed),
             closed_handshake_.load(std::memory_order_relaxed),
             closed_idle_.load(std::memory_order_relaxed),
-            throttled_.load(std::memory_order_relaxed)};
+            throttled_.load(std::memory_order_relaxed),
+            streams_relayed_.load(std::memory_order_relaxed),
+            resets_relayed_.load(std::memory_order_relaxed)};
   }
 
  private:
@@ -508,10 +510,13 @@ class GrpcFrontDoor::Loop {
           return;
         }
       }
+      uint64_t streams = 0, resets = 0;
       const bool ok = c.scanner.Feed({buf, static_cast<size_t>(n)}, [&](uint8_t type) {
         if (type == kRstStreamFrame && (!c.resets.Take(now) || !node_resets_.Take(now))) {
           c.dead = true;
         }
+        streams += type == kHeadersFrame ? 1 : 0;
+        resets += type == kRstStreamFrame ? 1 : 0;
         // Streams go into debt: a chunk holds many frames, all forwarded,
         // and the connection then rests until the debt is paid.
         if (type == kHeadersFrame && !c.streams.TakeOnCredit(now)) {
@@ -532,6 +537,8 @@ class GrpcFrontDoor::Loop {
       }
       c.ready = c.handshaken && c.scanner.preface_done();
       c.up.Append(buf, static_cast<size_t>(n));
+      streams_relayed_.fetch_add(streams, std::memory_order_relaxed);
+      resets_relayed_.fetch_add(resets, std::memory_order_relaxed);
       c.last_active = now;
       if (const Nanos paid = c.streams.PaidAt(now); paid > now) c.paused_until = paid;
     }
@@ -628,7 +635,7 @@ class GrpcFrontDoor::Loop {
   std::atomic<bool> stop_accepting_{false};
   std::atomic<Nanos> draining_until_{0};
   std::atomic<uint64_t> open_{0}, accepted_{0}, refused_{0}, reset_flood_{0}, closed_handshake_{0},
-      closed_idle_{0}, throttled_{0};
+      closed_idle_{0}, throttled_{0}, streams_relayed_{0}, resets_relayed_{0};
 };
 
 Result<std::unique_ptr<GrpcFrontDoor>> GrpcFrontDoor::Start(const std::string& listen,

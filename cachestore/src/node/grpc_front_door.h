@@ -37,11 +37,13 @@ struct FrontDoorLimits {
   size_t max_connections = 512;
   // RST_STREAM frames per second: each connection's, and over all of them
   // (what reaches gRPC however many connections an attacker opens). A
-  // connection that sends one past either is closed.
+  // connection that sends one past either is closed. Every reset relayed
+  // is a call a gRPC server thread picks up: the node's burst stays well
+  // under the server's 512 threads.
   double resets_per_second = 50;
   double reset_burst = 100;
-  double node_resets_per_second = 2000;
-  double node_reset_burst = 4000;
+  double node_resets_per_second = 1000;
+  double node_reset_burst = 256;
   // New streams per second on one connection; past it the connection is
   // read more slowly.
   double streams_per_second = 20'000;
@@ -91,6 +93,8 @@ class GrpcFrontDoor {
     uint64_t closed_handshake = 0;    // no TLS handshake or preface in time, or a bad one
     uint64_t closed_idle = 0;         // idle, a client that reads nothing, or room made
     uint64_t throttled = 0;           // times a connection was read more slowly
+    uint64_t streams_relayed = 0;     // HEADERS frames passed to gRPC
+    uint64_t resets_relayed = 0;      // RST_STREAM frames passed to gRPC
   };
   Stats stats() const;
 

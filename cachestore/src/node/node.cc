@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -40,11 +41,18 @@ std::string HostName() {
 
 // The data plane's active-message traffic in Prometheus text, rendered after
 // the store's metrics on /metrics. RMA reads bypass the node: not counted.
+// One unlabelled Prometheus family: HELP, TYPE and its value.
+template <typename Value>
+void AppendFamily(std::ostringstream& out, const char* name, const char* type, const char* help,
+                  Value value) {
+  out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+      << name << ' ' << value << '\n';
+}
+
 std::string DataPlaneMetricsText(const dataplane::DataPlaneServer::Stats& d) {
   std::ostringstream out;
   auto family = [&](const char* name, const char* type, const char* help, auto value) {
-    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
-        << name << ' ' << value << '\n';
+    AppendFamily(out, name, type, help, value);
   };
   family("strata_dataplane_bytes_sent_total", "counter", "Bytes of read replies completed.",
          d.bytes_sent);
@@ -58,6 +66,35 @@ std::string DataPlaneMetricsText(const dataplane::DataPlaneServer::Stats& d) {
   family("strata_dataplane_oldest_transfer_seconds", "gauge",
          "Age of the oldest transfer in flight (a stalled peer shows here), 0 if none.",
          d.oldest_in_flight_seconds);
+  return out.str();
+}
+
+// What the gRPC front door let through and turned away, after the store's
+// metrics on /metrics: a flood shows here before anywhere else.
+std::string FrontDoorMetricsText(const GrpcFrontDoor::Stats& f) {
+  std::ostringstream out;
+  auto family = [&](const char* name, const char* type, const char* help, uint64_t value) {
+    AppendFamily(out, name, type, help, value);
+  };
+  family("strata_grpc_connections_open", "gauge", "Control-plane connections open.",
+         f.connections_open);
+  family("strata_grpc_connections_accepted_total", "counter", "Control-plane connections taken.",
+         f.connections_accepted);
+  out << "# HELP strata_grpc_connections_closed_total Control-plane connections the node closed "
+         "or refused, by reason.\n# TYPE strata_grpc_connections_closed_total counter\n";
+  for (const auto& [reason, value] :
+       {std::pair<const char*, uint64_t>{"max_connections", f.refused_full},
+        {"reset_flood", f.closed_reset_flood},
+        {"handshake", f.closed_handshake},
+        {"idle", f.closed_idle}}) {
+    out << "strata_grpc_connections_closed_total{reason=\"" << reason << "\"} " << value << '\n';
+  }
+  family("strata_grpc_throttled_total", "counter",
+         "Times a connection opening streams too fast was read more slowly.", f.throttled);
+  family("strata_grpc_streams_relayed_total", "counter", "New streams passed to the gRPC server.",
+         f.streams_relayed);
+  family("strata_grpc_resets_relayed_total", "counter",
+         "Stream resets from clients passed to the gRPC server.", f.resets_relayed);
   return out.str();
 }
 
@@ -89,9 +126,12 @@ Result<std::unique_ptr<cluster::NodeRegistration>> StartRegistration(const NodeC
 // relays each client connection to. Its threads and streams are bounded, so
 // that what gets past the front door still cannot grow the node without
 // limit.
-std::unique_ptr<grpc::Server> BuildGrpcServer(CacheStoreService& store, AdminService& admin,
-                                              const std::string& socket_path) {
+std::unique_ptr<grpc::Server> BuildGrpcServer(NodeState& state, CacheStoreService& store,
+                                              AdminService& admin, const std::string& socket_path) {
   grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+  counters.push_back(std::make_unique<CallCounterFactory>(state));
+  builder.experimental().SetInterceptorCreators(std::move(counters));
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&store);
   builder.RegisterService(&admin);
@@ -126,6 +166,10 @@ bool WaitUntil(Fn&& done, Nanos deadline) {
   }
   return true;
 }
+
+// How long a stopping node's gRPC server may take to write out replies its
+// calls have finished.
+constexpr Nanos kReplyFlush = 50 * kNanosPerMilli;
 
 }  // namespace
 
@@ -330,7 +374,7 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   if (!private_dir.ok()) return private_dir.status();
   impl->private_dir = *private_dir;
   const std::string socket_path = impl->private_dir + "/grpc.sock";
-  impl->server = BuildGrpcServer(*impl->store_service, *impl->admin_service, socket_path);
+  impl->server = BuildGrpcServer(st, *impl->store_service, *impl->admin_service, socket_path);
   if (impl->server == nullptr) return Internal("the gRPC server did not start on " + socket_path);
   Result<std::unique_ptr<GrpcFrontDoor>> door =
       GrpcFrontDoor::Start(config.listen, socket_path, std::move(tls));
@@ -345,10 +389,10 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
     NodeState* s = &st;
     Result<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
         config.http_listen,
-        [s] {
+        [s, door = impl->front_door.get()] {
           std::string text = s->metrics->RenderPrometheus();
           if (s->data_plane != nullptr) text += DataPlaneMetricsText(s->data_plane->stats());
-          return text;
+          return text + FrontDoorMetricsText(door->stats());
         },
         [s] { return !s->draining.load(); });
     if (!http.ok()) {
@@ -424,17 +468,20 @@ void Node::Shutdown() {
       spdlog::warn("event=data_plane_drain_incomplete error=\"{}\"", st.ToString());
     }
   }
-  // Then calls in flight finish within what is left of the grace. gRPC's own
-  // graceful shutdown would also wait for every client to close its
-  // connection, seconds after its last call; so it is told to stop now, and
-  // cancels whatever call came in meanwhile.
+  // Then calls in flight finish within what is left of the grace, replies
+  // sent (a Publish that released the last write lease has yet to answer).
+  // gRPC's own graceful shutdown would also wait for every client to close
+  // its connection, seconds after its last call; so it gets a moment to
+  // flush what its transports hold, then cancels whatever call came in
+  // meanwhile.
   if (!WaitUntil([&] { return n.state.calls_in_flight.load() == 0; }, deadline)) {
     spdlog::warn("event=calls_cancelled in_flight={}", n.state.calls_in_flight.load());
   }
   // No new connections; those open carry gRPC's GOAWAY and last replies
   // out, for a moment, before they close.
   n.front_door->StopAccepting();
-  n.server->Shutdown(std::chrono::system_clock::now());
+  const Nanos flush_for = std::clamp<Nanos>(deadline - SteadyClock().Now(), 0, kReplyFlush);
+  n.server->Shutdown(std::chrono::system_clock::now() + std::chrono::nanoseconds(flush_for));
   n.front_door->Stop(SteadyClock().Now() + 500 * kNanosPerMilli);
   if (n.http != nullptr) n.http->Stop();
   const StoreStats stats = n.state.store->Stats();

@@ -23,13 +23,26 @@ double Since(std::chrono::steady_clock::time_point start) {
 template <typename Fn>
 grpc::Status Serve(NodeState& s, const char* method, const grpc::ServerContext& ctx, Fn&& fn) {
   const auto start = std::chrono::steady_clock::now();
-  s.calls_in_flight.fetch_add(1);
   Result<Principal> principal = s.Authenticate(ctx);
   const Status st = principal.ok() ? fn(*principal) : principal.status();
   s.CountRpc(method, st, Since(start));
-  s.calls_in_flight.fetch_sub(1);
   return ToGrpc(st);
 }
+
+// Lives as long as its call: gRPC deletes a call's interceptors with it.
+class CallCounter final : public grpc::experimental::Interceptor {
+ public:
+  explicit CallCounter(std::atomic<int>& calls) : calls_(calls) { calls_.fetch_add(1); }
+  ~CallCounter() override { calls_.fetch_sub(1); }
+  CallCounter(const CallCounter&) = delete;
+  CallCounter& operator=(const CallCounter&) = delete;
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  std::atomic<int>& calls_;
+};
 
 // The store contract is per tenant: the operator token has no data of its own.
 Status DataCaller(const Principal& p) {
@@ -577,6 +590,11 @@ grpc::Status AdminService::Prefix(grpc::ServerContext* ctx, const v1::PrefixRequ
     }
     return Status::Ok();
   });
+}
+
+grpc::experimental::Interceptor* CallCounterFactory::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* /*info*/) {
+  return new CallCounter(s_.calls_in_flight);
 }
 
 }  // namespace strata

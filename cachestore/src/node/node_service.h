@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include "strata/cache_store.h"
 #include "strata/data_plane.h"
 #include "strata/metrics.h"
@@ -56,7 +58,9 @@ struct NodeState {
   TokenTable tokens;
   SessionTable sessions;
   std::atomic<bool> draining{false};
-  std::atomic<int> calls_in_flight{0};  // gRPC handlers running now
+  // gRPC calls from their start until gRPC is done with them, replies sent
+  // (CallCounterFactory): a stopping node waits for these.
+  std::atomic<int> calls_in_flight{0};
   // Reserve handlers between their draining check and their grant: a
   // stopping node waits for them before it counts the writes to finish.
   std::atomic<int> reserves_admitting{0};
@@ -134,6 +138,20 @@ class AdminService final : public v1::Admin::Service {
                      v1::DrainResponse* resp) override;
   grpc::Status Prefix(grpc::ServerContext* ctx, const v1::PrefixRequest* req,
                       v1::PrefixResponse* resp) override;
+
+ private:
+  NodeState& s_;
+};
+
+// Counts every call the gRPC server runs into NodeState::calls_in_flight,
+// from its start until gRPC has sent its reply and let it go: a handler
+// that has returned has not answered yet, and a stopping node that cancels
+// such a call makes a kept commit look lost to its client.
+class CallCounterFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CallCounterFactory(NodeState& state) : s_(state) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
 
  private:
   NodeState& s_;
