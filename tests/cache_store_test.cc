@@ -533,6 +533,156 @@ TEST(LeaseLimitTest, ANamespacePinsAtMostItsShareOfTheTier) {
   EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
 }
 
+// Issue #38: pins and leases were capped apart, at the share each, so one
+// tenant with its own admin token pinned half the tier and reserved the
+// other half. Now they count together.
+TEST(LeaseLimitTest, PinsAndLeasesShareOneCap) {
+  // 128 KiB of 512-byte extents, a quarter each: 64 blocks per namespace.
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  const auto tokens = Tokens(40 * kTinyBlockTokens, 41);
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 40).ok());
+  const std::vector<ChainKey> keys = t.Keys(tokens, t.writer);
+  for (size_t b = 0; b < 40; ++b) {
+    ASSERT_TRUE(t.store->Pin(t.writer, keys[b], StateKind::kGlobalKv, Hours(1)).ok()) << b;
+  }
+  // 40 pinned: a reservation of 30 would pass the 64.
+  const std::vector<CommitBlock> thirty = FreshChain(t, t.writer, 30, 42);
+  auto refused = t.store->Reserve(t.writer, TestModel(), thirty);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("leases and pins hold"), std::string::npos)
+      << refused.status().ToString();
+  auto reserved = t.store->Reserve(t.writer, TestModel(), std::span(thirty).first(24));
+  ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
+  EXPECT_EQ(t.store->Holding(t.writer).held_bytes, t.store->Holding(t.writer).limit_bytes);
+  // Full: no more pins either, and a renewal still goes through.
+  const auto more = Tokens(kTinyBlockTokens, 43);
+  const Principal b_side{"tenant-b", Role::kAdmin};
+  ASSERT_TRUE(t.CommitBlocks(more, 0, 1, b_side).ok());
+  const Status full = t.store->Pin(t.writer, keys[0], StateKind::kGlobalKv, Hours(2));
+  EXPECT_TRUE(full.ok()) << full.ToString();
+  // The other tenant has its whole share still.
+  const std::vector<CommitBlock> theirs = FreshChain(t, b_side, 64, 44);
+  auto other = t.store->Reserve(b_side, TestModel(), theirs);
+  EXPECT_TRUE(other.ok()) << other.status().ToString();
+  // Pinned entries deleted free their part of the share at once: blocks
+  // 30..39 go (a delete takes the descendants too).
+  ASSERT_TRUE(t.store->Abort(t.writer, reserved->write_lease).ok());
+  ASSERT_TRUE(t.store->Delete(t.writer, keys[30], StateKind::kGlobalKv).ok());
+  EXPECT_EQ(t.store->Holding(t.writer).held_bytes, 30u * 512);
+  auto after_delete = t.store->Reserve(t.writer, TestModel(), std::span(thirty).first(30));
+  ASSERT_TRUE(after_delete.ok()) << after_delete.status().ToString();
+  // And pins running out do.
+  ASSERT_TRUE(t.store->Abort(t.writer, after_delete->write_lease).ok());
+  t.clock.Advance(Hours(1) + Seconds(1));  // all but keys[0] (2 h) have run out
+  EXPECT_EQ(t.store->Holding(t.writer).held_bytes, 512u);
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+TEST(LeaseLimitTest, ConcurrentPinsAndReservationsNeverPassTheShare) {
+  // 64 extents of share: an admin pins 48 committed blocks one by one while
+  // 4 threads reserve 12 one-block chains each (48). Together they ask for
+  // 96.
+  testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, /*max_held_share=*/0.25);
+  const auto tokens = Tokens(48 * kTinyBlockTokens, 51);
+  ASSERT_TRUE(t.CommitBlocks(tokens, 0, 24).ok());
+  ASSERT_TRUE(t.CommitBlocks(tokens, 24, 48).ok());
+  const std::vector<ChainKey> keys = t.Keys(tokens, t.writer);
+  constexpr int kReservers = 4;
+  constexpr uint32_t kEach = 12;
+  std::vector<std::vector<CommitBlock>> chains;
+  for (int i = 0; i < kReservers; ++i) chains.push_back(FreshChain(t, t.writer, kEach, 60 + i));
+  std::atomic<uint64_t> pins{0}, reservations{0};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    for (const ChainKey& k : keys) {
+      const Status st = t.store->Pin(t.writer, k, StateKind::kGlobalKv, Hours(1));
+      if (st.ok()) {
+        pins.fetch_add(1);
+      } else {
+        EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+      }
+    }
+  });
+  for (int i = 0; i < kReservers; ++i) {
+    threads.emplace_back([&, i] {
+      for (uint32_t b = 0; b < kEach; ++b) {
+        auto r = t.store->Reserve(t.writer, TestModel(), std::span(&chains[i][b], 1));
+        if (r.ok()) {
+          reservations.fetch_add(1);
+        } else {
+          EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_GT(pins.load(), 0u);
+  EXPECT_GT(reservations.load(), 0u);
+  EXPECT_EQ(pins.load() + reservations.load(), 64u);
+  const LeaseHolding held = t.store->Holding(t.writer);
+  EXPECT_EQ(held.held_bytes, held.limit_bytes);
+  EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+}
+
+// Issue #38: a tenant committing a lot evicts its own entries before those
+// of a tenant within its share; with shares off, the LRU takes the other
+// tenant's older entries first (what the test would see without the fix).
+TEST(CommittedShareTest, ATenantPastItsShareEvictsItsOwnEntriesFirst) {
+  for (const double share : {1.0, 0.5}) {
+    SCOPED_TRACE(share);
+    // 128 KiB of 512-byte extents: 256 blocks, 128 per namespace's share.
+    testing::TestStore t(128 << 10, 0.95, 0.85, "lru", uint64_t{1} << 20, 1.0, share);
+    const Principal other{"tenant-b", Role::kAdmin};
+    const auto theirs = Tokens(60 * kTinyBlockTokens, 71);
+    ASSERT_TRUE(t.CommitBlocks(theirs, 0, 60, other).ok());
+    auto stored_of_theirs = [&] {
+      auto m = t.store->Match(other, t.Request(theirs, 0));
+      return m.ok() ? m->blocks.size() : 0;
+    };
+    // Tenant A commits 400 blocks, twenty chains of 20, one after another.
+    std::vector<std::vector<uint32_t>> ours;
+    for (uint32_t c = 0; c < 20; ++c) {
+      ours.push_back(Tokens(20 * kTinyBlockTokens, 100 + c));
+      const Result<PublishResult> r = t.CommitBlocks(ours.back(), 0, 20);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    }
+    if (share == 1.0) {
+      EXPECT_LT(stored_of_theirs(), 60u);
+      continue;
+    }
+    EXPECT_EQ(stored_of_theirs(), 60u);
+    // Room for the tenant within its share comes from the one past it.
+    const auto more = Tokens(60 * kTinyBlockTokens, 72);
+    ASSERT_TRUE(t.CommitBlocks(more, 0, 60, other).ok());
+    EXPECT_EQ(stored_of_theirs(), 60u);
+    // Tenant A leasing all it stores and committing on goes past its share,
+    // then is refused rather than evict the other's entries.
+    std::vector<LeaseId> leases;
+    Status refused;
+    for (uint32_t c = 0; c < 20 && refused.ok(); ++c) {
+      ours.push_back(Tokens(20 * kTinyBlockTokens, 200 + c));
+      refused = t.CommitBlocks(ours.back(), 0, 20).status();
+      for (const auto& prompt : ours) {
+        auto m = t.store->Match(t.writer, t.Request(prompt, Seconds(60)));
+        ASSERT_TRUE(m.ok()) << m.status().ToString();
+        if (m->lease != 0) leases.push_back(m->lease);
+      }
+    }
+    EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(refused.message().find("committed_share_per_namespace"), std::string::npos)
+        << refused.ToString();
+    EXPECT_EQ(stored_of_theirs(), 60u);
+    auto m = t.store->Match(other, t.Request(more, 0));
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->blocks.size(), 60u);
+    for (LeaseId lease : leases) ASSERT_TRUE(t.store->Abort(t.writer, lease).ok());
+    EXPECT_TRUE(t.CommitBlocks(ours.back(), 0, 20).ok());
+    EXPECT_EQ(stored_of_theirs(), 60u);
+    EXPECT_TRUE(t.store->CheckInvariantsForTesting().ok());
+  }
+}
+
 TEST(LeaseLimitTest, TheHeldShareMustBeAFraction) {
   for (double share : {0.0, -0.5, 1.5}) {
     CacheStoreOptions o;

@@ -122,10 +122,12 @@ struct TestStore {
 
   explicit TestStore(uint64_t capacity = 1 << 20, double high = 0.95, double low = 0.85,
                      const std::string& policy = "lru",
-                     uint64_t max_leased_entries = uint64_t{1} << 20, double max_held_share = 1.0) {
+                     uint64_t max_leased_entries = uint64_t{1} << 20, double max_held_share = 1.0,
+                     double committed_share = 1.0) {
     CacheStoreOptions o;
     o.max_leased_entries_per_namespace = max_leased_entries;
     o.max_held_share_per_namespace = max_held_share;
+    o.committed_share_per_namespace = committed_share;
     o.dram.capacity_bytes = capacity;
     o.dram.granule_bytes = 256;
     o.dram.prefault = false;

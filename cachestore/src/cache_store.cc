@@ -39,6 +39,7 @@
 #include "entry.h"
 #include "eviction_policy.h"
 #include "lease_table.h"
+#include "tenant_share_policy.h"
 
 namespace strata {
 namespace {
@@ -130,6 +131,7 @@ struct CacheStore::Impl {
 
   mutable std::mutex structure_mu;
   std::unique_ptr<EvictionPolicy> policy;   // structure_mu
+  TenantSharePolicy* shares = nullptr;      // `policy`, when committed shares are on
   EntryPool pool;                           // structure_mu
   Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, expiry order
   Entry* ttl_tail[2] = {nullptr, nullptr};
@@ -549,9 +551,10 @@ struct CacheStore::Impl {
       std::shared_lock slock(shard.mu);
       if (shard.map.count(k) != 0) return nullptr;
     }
-    std::optional<Extent> extent = AllocateLocked(meta->payload_bytes, now);
+    std::optional<Extent> extent = AllocateLocked(meta->payload_bytes, now, {k.ns, 0});
     if (!extent.has_value()) {
-      return ResourceExhausted("no room in the DRAM tier to promote an SSD entry");
+      return ResourceExhausted("cannot promote an SSD entry: " +
+                               NoRoomLocked(meta->payload_bytes, {k.ns, 0}));
     }
     Entry* e = pool.Acquire();
     e->key = k;
@@ -687,18 +690,20 @@ struct CacheStore::Impl {
              std::to_string(h.leased_entries_limit) + " allowed";
     }
     if (h.held_bytes + bytes <= h.limit_bytes) return {};
-    return "its leases hold " + std::to_string(h.held_bytes) + " bytes of the DRAM tier; " +
-           std::to_string(bytes) + " more would pass the " + std::to_string(h.limit_bytes) +
-           " allowed (max_held_share_per_namespace)";
+    return "its leases and pins hold " + std::to_string(h.held_bytes) +
+           " bytes of the DRAM tier; " + std::to_string(bytes) + " more would pass the " +
+           std::to_string(h.limit_bytes) + " allowed (max_held_share_per_namespace)";
   }
 
-  // What namespace `ns` (interned) holds through leases, against its limits.
+  // What namespace `ns` (interned) holds through leases and pins, against
+  // its limits.
   LeaseHolding HoldingOf(uint32_t ns) const {
-    const HeldByLeases by_leases = leases.held(ns);
-    return {.held_bytes = ReadPinnedBytes(ns) + by_leases.reserved_bytes,
-            .limit_bytes = HeldBytesLimit(),
-            .leased_entries = by_leases.entries,
-            .leased_entries_limit = opts.max_leased_entries_per_namespace};
+    const HeldByLeases by_leases = leases.held(ns, clock->Now());
+    return {
+        .held_bytes = ReadPinnedBytes(ns) + by_leases.reserved_bytes + by_leases.admin_pinned_bytes,
+        .limit_bytes = HeldBytesLimit(),
+        .leased_entries = by_leases.entries,
+        .leased_entries_limit = opts.max_leased_entries_per_namespace};
   }
 
   // What a reservation of `blocks` would take now: the entries and extent
@@ -762,10 +767,11 @@ struct CacheStore::Impl {
     return h.leased_entries_limit - h.leased_entries;
   }
 
-  // A lease refused for namespace `ns`'s limits, and what to do about it.
+  // A lease or pin refused for namespace `ns`'s limits, and what to do
+  // about it.
   static Status LeaseRefused(const std::string& ns, const std::string& why) {
     return ResourceExhausted("namespace '" + ns + "': " + why +
-                             ": end leases (Abort) you are done with");
+                             ": end leases (Abort) and unpin entries you are done with");
   }
 
   uint32_t InternNamespace(const std::string& ns) {
@@ -936,6 +942,7 @@ struct CacheStore::Impl {
 
   // The rest of an erase, after the entry left the index.
   void ForgetUnindexedLocked(Entry* e) {
+    if (e->pinned_until.load() != 0) leases.DropPin(e);  // deleted while an admin pinned it
     const EntryState state = e->state.load();
     if (state == EntryState::kCommitted) CountEntry(e, -1);
     if (state == EntryState::kReserved) {
@@ -1003,14 +1010,19 @@ struct CacheStore::Impl {
            e.readers.load() == 0 && e.first_child == nullptr && e.pinned_until.load() <= now;
   }
 
-  // Evicts one victim, never one of `keep` (sorted); false when nothing may go.
+  // Evicts one victim, never one of `keep` (sorted); false when nothing may
+  // go. `room`: the namespace it makes room for, when committed shares are
+  // on (TenantSharePolicy).
   bool EvictOneLocked(EvictReason reason, Nanos now, uint64_t incoming_bytes = 0,
-                      std::span<const Entry* const> keep = {}) {
-    Entry* victim = policy->PickVictim(
-        [&](const Entry& e) {
-          return EvictableLocked(e, now) && !std::binary_search(keep.begin(), keep.end(), &e);
-        },
-        kMaxVictimScan, reserved_bytes + incoming_bytes);
+                      std::span<const Entry* const> keep = {},
+                      std::optional<TenantSharePolicy::Room> room = std::nullopt) {
+    auto evictable = [&](const Entry& e) {
+      return EvictableLocked(e, now) && !std::binary_search(keep.begin(), keep.end(), &e);
+    };
+    Entry* victim = shares != nullptr ? shares->PickVictimFor(room, evictable, kMaxVictimScan,
+                                                              reserved_bytes + incoming_bytes)
+                                      : policy->PickVictim(evictable, kMaxVictimScan,
+                                                           reserved_bytes + incoming_bytes);
     if (victim == nullptr) return false;
     const EntryKey key = victim->key;
     const ModelId model = victim->model_id;
@@ -1047,13 +1059,27 @@ struct CacheStore::Impl {
     return n;
   }
 
-  std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now,
+  // An extent of `bytes` for namespace `room.ns`, which already has
+  // `room.bytes` of them in the making; evicts to make room.
+  std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now, TenantSharePolicy::Room room,
                                        std::span<const Entry* const> keep = {}) {
+    room.bytes += bytes;
     for (size_t attempt = 0; attempt < kMaxVictimScan; ++attempt) {
       if (auto extent = arena->Allocate(bytes)) return extent;
-      if (!EvictOneLocked(EvictReason::kCapacity, now, bytes, keep)) break;
+      if (!EvictOneLocked(EvictReason::kCapacity, now, bytes, keep, room)) break;
     }
     return std::nullopt;
+  }
+
+  // Why no extent of `bytes` could be had for namespace `room.ns`.
+  std::string NoRoomLocked(uint64_t bytes, const TenantSharePolicy::Room& room) const {
+    std::string why = "no room for " + std::to_string(bytes) + " bytes in the DRAM tier";
+    if (shares != nullptr && shares->PassesShare({room.ns, room.bytes + bytes})) {
+      return why + ": the namespace has its share (" + std::to_string(shares->share_bytes()) +
+             " bytes, committed_share_per_namespace) and none of its entries can be evicted "
+             "now (pinned, leased or in use); other tenants' entries are theirs";
+    }
+    return why + " (all remaining entries are pinned, leased or in use)";
   }
 
   // ---- pins ---------------------------------------------------------------
@@ -1193,6 +1219,9 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   if (!(options.max_held_share_per_namespace > 0 && options.max_held_share_per_namespace <= 1)) {
     return InvalidArgument("max_held_share_per_namespace must be in (0, 1]");
   }
+  if (!(options.committed_share_per_namespace > 0 && options.committed_share_per_namespace <= 1)) {
+    return InvalidArgument("committed_share_per_namespace must be in (0, 1]");
+  }
   if (options.max_lease_life < kMaxLeaseTtl || options.max_lease_life > kMaxEntryTtl) {
     // Else a lease could be granted for longer than it may live.
     return InvalidArgument(
@@ -1214,6 +1243,13 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   auto policy = MakeEvictionPolicy(options.eviction_policy, impl->arena->capacity_bytes());
   if (!policy.ok()) return policy.status();
   impl->policy = std::move(policy).value();
+  if (options.committed_share_per_namespace < 1) {
+    auto shares = std::make_unique<TenantSharePolicy>(
+        std::move(impl->policy), static_cast<uint64_t>(options.committed_share_per_namespace *
+                                                       impl->arena->capacity_bytes()));
+    impl->shares = shares.get();
+    impl->policy = std::move(shares);
+  }
   impl->shards = std::make_unique<Impl::Shard[]>(options.index_shards);
   impl->shard_mask = options.index_shards - 1;
 
@@ -1923,6 +1959,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       for (const EntryRef& ref : rec.entries) s.EraseLocked(ref.entry);
     };
     std::atomic<int64_t>* const ns_pinned = s.LeasePinnedBytes(ns);
+    uint64_t batch_bytes = 0;  // extents reserved so far
     for (size_t i = 0; i < blocks.size(); ++i) {
       const CommitBlock& b = blocks[i];
       const EntryKey k{ns, b.kind, b.key};
@@ -1940,13 +1977,14 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
           continue;
         }
       }
-      std::optional<Extent> extent = s.AllocateLocked(b.payload_bytes, now, need.keep);
+      const TenantSharePolicy::Room room{ns, batch_bytes};
+      std::optional<Extent> extent = s.AllocateLocked(b.payload_bytes, now, room, need.keep);
       if (!extent.has_value()) {
+        const std::string why = s.NoRoomLocked(b.payload_bytes, room);
         undo();
-        return ResourceExhausted("no room for " + std::to_string(b.payload_bytes) +
-                                 " bytes in the DRAM tier (all remaining entries are pinned, "
-                                 "leased or in use)");
+        return ResourceExhausted(why);
       }
+      batch_bytes += extent->length;
       Entry* e = s.pool.Acquire();
       e->key = k;
       e->ns_lease_pinned_bytes = ns_pinned;
@@ -2418,26 +2456,13 @@ Status CacheStore::Pin(const Principal& caller, const ChainKey& key, StateKind k
   Impl& s = *impl_;
   const Nanos now = s.clock->Now();
   return WithEntry(s, caller, key, kind, [&](Entry* e) -> Status {
-    // Pinned entries are never evicted: a namespace pins at most its share
-    // of the tier (max_held_share_per_namespace), or one tenant's pins could
-    // leave the others no room to commit. (Structure lock held: no entry
-    // comes or goes meanwhile.)
-    uint64_t pinned = 0;
-    for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-      std::shared_lock slock(s.shards[i].mu);
-      for (const auto& [k, other] : s.shards[i].map) {
-        if (k.ns == e->key.ns && other != e && other->pinned_until.load() > now) {
-          pinned += other->extent.length;
-        }
-      }
-    }
-    const uint64_t limit = s.HeldBytesLimit();
-    if (pinned + e->extent.length > limit) {
-      return ResourceExhausted("namespace '" + caller.ns + "' pins " + std::to_string(pinned) +
-                               " bytes of the DRAM tier; " + std::to_string(e->extent.length) +
-                               " more would pass the " + std::to_string(limit) +
-                               " allowed (max_held_share_per_namespace)");
-    }
+    // Pinned entries are never evicted: a namespace's pins count with its
+    // leases against its share of the tier (max_held_share_per_namespace),
+    // or one tenant could pin and lease the others out of room to commit.
+    // (Structure lock held: the entry stays meanwhile.)
+    Status held = s.leases.HoldPin(e, e->key.ns, e->extent.length, now, now + ttl,
+                                   s.LeaseLimitsFor(e->key.ns));
+    if (!held.ok()) return Impl::LeaseRefused(caller.ns, held.message());
     e->pinned_until.store(now + ttl);
     return Status::Ok();
   });
@@ -2445,7 +2470,11 @@ Status CacheStore::Pin(const Principal& caller, const ChainKey& key, StateKind k
 
 Status CacheStore::Unpin(const Principal& caller, const ChainKey& key, StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
-  return WithEntry(*impl_, caller, key, kind, [&](Entry* e) { e->pinned_until.store(0); });
+  Impl& s = *impl_;
+  return WithEntry(s, caller, key, kind, [&](Entry* e) {
+    s.leases.DropPin(e);
+    e->pinned_until.store(0);
+  });
 }
 
 Result<EntryInfo> CacheStore::Inspect(const Principal& caller, const ChainKey& key,

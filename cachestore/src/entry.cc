@@ -43,6 +43,8 @@ void EntryPool::Release(Entry* e) {
   e->policy_prev = e->policy_next = nullptr;
   e->in_policy = false;
   e->policy_aux = 0;
+  e->ns_prev = e->ns_next = nullptr;
+  e->in_ns_list = false;
   e->ttl_prev = e->ttl_next = nullptr;
   e->in_ttl = false;
   e->pool_next = free_;

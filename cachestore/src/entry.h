@@ -76,6 +76,10 @@ struct Entry {
   Entry* policy_next = nullptr;
   bool in_policy = false;
   uint64_t policy_aux = 0;
+  // Its namespace's recency list (TenantSharePolicy, when shares are on).
+  Entry* ns_prev = nullptr;
+  Entry* ns_next = nullptr;
+  bool in_ns_list = false;
 
   // TTL queue of its kind, in commit order.
   Entry* ttl_prev = nullptr;

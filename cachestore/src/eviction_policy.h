@@ -14,16 +14,32 @@
 
 namespace strata {
 
-// A doubly linked list threaded through Entry::policy_prev/next: most
-// recent at head, least recent at tail. An entry is on at most one list.
-struct EntryList {
+// A doubly linked list threaded through an Entry's `kPrev`/`kNext` links:
+// most recent at head, least recent at tail. An entry is on at most one
+// list per pair of links.
+template <Entry* Entry::*kPrev, Entry* Entry::*kNext>
+struct IntrusiveEntryList {
   Entry* head = nullptr;
   Entry* tail = nullptr;
   uint64_t bytes = 0;  // arena bytes (extent lengths), the unit of the tier's capacity
   uint64_t count = 0;
 
-  void PushFront(Entry* e);
-  void Unlink(Entry* e);
+  void PushFront(Entry* e) {
+    e->*kPrev = nullptr;
+    e->*kNext = head;
+    if (head != nullptr) head->*kPrev = e;
+    head = e;
+    if (tail == nullptr) tail = e;
+    bytes += e->extent.length;
+    ++count;
+  }
+  void Unlink(Entry* e) {
+    (e->*kPrev != nullptr ? e->*kPrev->*kNext : head) = e->*kNext;
+    (e->*kNext != nullptr ? e->*kNext->*kPrev : tail) = e->*kPrev;
+    e->*kPrev = e->*kNext = nullptr;
+    bytes -= e->extent.length;
+    --count;
+  }
   void MoveToFront(Entry* e) {
     Unlink(e);
     PushFront(e);
@@ -33,8 +49,24 @@ struct EntryList {
   // stands for its chain: its deepest first-child descendant is tried, so
   // an old chain is trimmed from its end rather than skipped.
   Entry* FindFromTail(absl::FunctionRef<bool(const Entry&)> ok, size_t max_scan,
-                      bool descend = false) const;
+                      bool descend = false) const {
+    size_t scanned = 0;
+    for (Entry* e = tail; e != nullptr && scanned < max_scan; e = e->*kPrev, ++scanned) {
+      if (ok(*e)) return e;
+      if (descend && e->first_child != nullptr) {
+        // Not counted against max_scan: the walk is bounded by the chain's
+        // depth, and skipping it could leave only non-leaves in reach.
+        Entry* leaf = e;
+        while (leaf->first_child != nullptr) leaf = leaf->first_child;
+        if (ok(*leaf)) return leaf;
+      }
+    }
+    return nullptr;
+  }
 };
+
+// The list a policy keeps its entries on.
+using EntryList = IntrusiveEntryList<&Entry::policy_prev, &Entry::policy_next>;
 
 class EvictionPolicy {
  public:

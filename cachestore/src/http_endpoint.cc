@@ -258,11 +258,13 @@ class HttpEndpoint::Loop {
     return static_cast<int>(std::max<Nanos>(0, next - Now()) / kNanosPerMilli + 1);
   }
 
+  // Counted before the close: a client that sees its connection end then
+  // sees it in stats() too.
   void Drop(Iter& it, bool forced) {
-    close(it->fd);
     if (forced) dropped_.fetch_add(1, std::memory_order_relaxed);
-    it = connections_.erase(it);
     open_.fetch_sub(1, std::memory_order_relaxed);
+    close(it->fd);
+    it = connections_.erase(it);
   }
 
   void Accept(Nanos now) {

@@ -31,6 +31,7 @@ write_lease_ttl: 30s
 max_lease_life: 2h
 max_leased_entries_per_namespace: 4096
 max_held_share_per_namespace: 0.25
+committed_share_per_namespace: 0.3
 eviction_policy: aslru
 tokens_file: /etc/strata/tokens
 data_plane_mode: am
@@ -53,6 +54,7 @@ ssd_eviction_policy: deadline
   EXPECT_EQ(c->max_lease_life, Hours(2));
   EXPECT_EQ(c->max_leased_entries_per_namespace, 4096u);
   EXPECT_EQ(c->max_held_share_per_namespace, 0.25);
+  EXPECT_EQ(c->committed_share_per_namespace, 0.3);
   EXPECT_EQ(c->eviction_policy, "aslru");
   EXPECT_EQ(c->data_plane_mode, "am");
   EXPECT_TRUE(ValidateNodeConfig(*c).ok());
@@ -215,14 +217,18 @@ TEST(NodeConfigTest, ErrorsNameTheProblem) {
               std::string::npos)
         << bad;
   }
-  for (const char* bad : {"max_held_share_per_namespace=0", "max_held_share_per_namespace=1.5",
-                          "max_held_share_per_namespace=half"}) {
-    EXPECT_NE(ApplyNodeConfigOverride(&c, bad).message().find("max_held_share_per_namespace"),
-              std::string::npos)
-        << bad;
+  for (const std::string key : {"max_held_share_per_namespace", "committed_share_per_namespace"}) {
+    for (const char* bad : {"=0", "=1.5", "=half"}) {
+      EXPECT_NE(ApplyNodeConfigOverride(&c, key + bad).message().find(key), std::string::npos)
+          << key << bad;
+    }
   }
   ASSERT_TRUE(ApplyNodeConfigOverride(&c, "max_held_share_per_namespace=auto").ok());
   EXPECT_FALSE(c.max_held_share_per_namespace.has_value());
+  ASSERT_TRUE(ApplyNodeConfigOverride(&c, "committed_share_per_namespace=0.25").ok());
+  EXPECT_EQ(c.committed_share_per_namespace, 0.25);
+  ASSERT_TRUE(ApplyNodeConfigOverride(&c, "committed_share_per_namespace=auto").ok());
+  EXPECT_FALSE(c.committed_share_per_namespace.has_value());
 }
 
 // Issue #38: yaml-cpp keeps the last of two equal keys; a config that

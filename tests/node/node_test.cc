@@ -403,6 +403,71 @@ std::vector<CommitBlock> BlocksOf(const Prompt& p) {
   return blocks;
 }
 
+// Issue #38: a tenant with its own admin token pinned half the tier and
+// reserved the other half, and every other tenant's cache was evicted.
+// Its pins and leases now share one cap; the other tenant keeps its cache.
+TEST_F(NodeTest, ATenantsPinsAndLeasesShareOneCap) {
+  StartNode({0, {"dram_bytes=8MiB"}});  // tenant-a and tenant-b: 4 MiB each
+  auto theirs = Open(*node_, kTokenB.token);
+  const Prompt kept = MakePrompt(*theirs, 6, 51);
+  CommitAll(*theirs, kept, false);
+  auto store = Open(*node_, kTokenA.token);
+  const Prompt pinned = MakePrompt(*store, 9, 52);  // about 2 MiB
+  CommitAll(*store, pinned, false);
+  for (size_t b = 1; b <= 9; ++b) {
+    v1::PinRequest pin;
+    pin.mutable_entry()->set_key(
+        std::string(reinterpret_cast<const char*>(pinned.keys[b].bytes.data()), 16));
+    pin.mutable_entry()->set_kind(v1::GLOBAL_KV);
+    pin.set_ttl_s(600);
+    v1::PinResponse resp;
+    ASSERT_TRUE(RawCall(*node_, kTokenAdminA.token, [&](auto ch, grpc::ClientContext* ctx) {
+                  return v1::Admin::NewStub(ch)->Pin(ctx, pin, &resp);
+                }).ok());
+  }
+  const v1::StatsResponse held = NodeStats(*node_, kTokenA.token);
+  EXPECT_GE(held.lease_held_bytes(), 9 * GlobalKv().PayloadBytes());
+  // Another 2 MiB would pass the 4 with the pins: refused, nothing evicted.
+  const Prompt more = MakePrompt(*store, 10, 53);
+  auto refused = store->Reserve(TestModel(), BlocksOf(more));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("pins"), std::string::npos)
+      << refused.status().ToString();
+  auto m = MatchPrompt(*theirs, kept, /*lease=*/false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->blocks.size(), 6u);
+}
+
+// Issue #38: a tenant committing a lot evicted the other tenant's cache as
+// readily as its own. Each of two tenants is now owed half the tier; with
+// that share off (=1), the other's older blocks go first.
+TEST_F(NodeTest, ATenantCommittingALotEvictsItsOwnEntries) {
+  for (const char* share : {"auto", "1"}) {
+    SCOPED_TRACE(share);
+    StartNode({0, {"dram_bytes=8MiB", std::string("committed_share_per_namespace=") + share}});
+    EXPECT_EQ(node_->Log().find("committed_share_per_namespace auto") != std::string::npos,
+              std::string(share) == "auto");
+    auto theirs = Open(*node_, kTokenB.token);
+    const Prompt kept = MakePrompt(*theirs, 6, 61);
+    CommitAll(*theirs, kept, false);
+    auto store = Open(*node_, kTokenA.token);
+    for (uint32_t i = 0; i < 8; ++i) {  // 40 blocks, about 9 MiB
+      CommitAll(*store, MakePrompt(*store, 5, 62 + i), false);
+    }
+    auto m = MatchPrompt(*theirs, kept, /*lease=*/false);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    if (std::string(share) == "auto") {
+      EXPECT_EQ(m->blocks.size(), 6u);
+    } else {
+      EXPECT_LT(m->blocks.size(), 6u);
+    }
+    theirs.reset();
+    store.reset();
+    node_.reset();
+  }
+}
+
 TEST_F(NodeTest, ReserveStagePublishAndAbortAfterPartialWrite) {
   StartNode();
   auto store = Open(*node_, kTokenA.token);

@@ -48,9 +48,18 @@ struct CacheStoreOptions {
   // (bytes of the entries its read leases pin and its write leases
   // reserve), in (0, 1]: past it a leased match or a reserve gets
   // RESOURCE_EXHAUSTED, so one tenant cannot leave the others no room to
-  // commit. Admin pins of a namespace hold at most the same share (Pin
-  // refuses past it). 1 = no limit but the tier's.
+  // commit. Admin pins of a namespace count with its leases (Pin refuses
+  // past the share too). 1 = no limit but the tier's.
   double max_held_share_per_namespace = 1.0;
+  // The share of the DRAM tier's committed bytes each namespace is owed, in
+  // (0, 1]. Room for a namespace past its share is made from its own
+  // entries first, and room for any other from the namespaces past theirs,
+  // before the eviction policy chooses among everyone's; a namespace past
+  // its share whose own entries are all pinned or leased gets
+  // RESOURCE_EXHAUSTED rather than evict a tenant within its share. Within
+  // a namespace the policy's order holds as far as its scan reaches, then
+  // LRU (TenantSharePolicy). 1 = off: the policy alone decides.
+  double committed_share_per_namespace = 1.0;
   std::string eviction_policy = "lru";  // "aslru", "deadline": docs/eviction-policy.md
   uint32_t index_shards = 64;           // a power of two
   // Threads that share one large fetch's verified copy, the caller
@@ -156,10 +165,12 @@ struct StoreStats {
   uint64_t ssd_promotions = 0;         // SSD reads into DRAM
 };
 
-// What one namespace's live leases hold against its limits
+// What one namespace's live leases and pins hold against its limits
 // (max_leased_entries_per_namespace, max_held_share_per_namespace).
 struct LeaseHolding {
-  uint64_t held_bytes = 0;  // DRAM its read leases pin (each entry once) and write leases reserve
+  // DRAM its read leases pin (each entry once), its write leases reserve,
+  // and its admins pin: one cap on all three.
+  uint64_t held_bytes = 0;
   uint64_t limit_bytes = 0;
   uint64_t leased_entries = 0;  // per lease: an entry in two leases counts twice
   uint64_t leased_entries_limit = 0;
@@ -229,7 +240,8 @@ class CacheStore {
   // be matched again). Entries under a lease go when the lease ends.
   Status Delete(const Principal& caller, const ChainKey& key, StateKind kind);
   // Keeps an entry from eviction for `ttl`; RESOURCE_EXHAUSTED when the
-  // namespace's pins would pass max_held_share_per_namespace of the tier.
+  // namespace's pins and leases together would pass
+  // max_held_share_per_namespace of the tier. A pin renewed counts once.
   Status Pin(const Principal& caller, const ChainKey& key, StateKind kind, Nanos ttl);
   Status Unpin(const Principal& caller, const ChainKey& key, StateKind kind);
   Result<EntryInfo> Inspect(const Principal& caller, const ChainKey& key, StateKind kind);

@@ -38,6 +38,10 @@ struct NodeConfig {
   // one tenant namespace in the tokens file, kMultiTenantHeldShare with
   // more, so no tenant can leave the others no room to commit.
   std::optional<double> max_held_share_per_namespace;
+  // CacheStoreOptions::committed_share_per_namespace; unset ("auto"): 1
+  // (off) with one tenant namespace in the tokens file, 1/N with N, so a
+  // tenant committing a lot evicts its own entries, not the others'.
+  std::optional<double> committed_share_per_namespace;
   std::string eviction_policy = "lru";
   // Layouts besides the built-in V4.1 ones (a model with another shape, or
   // the trace replay's). YAML: a list of specs or one string; --set:

@@ -309,6 +309,15 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
         "(max_held_share_per_namespace auto)",
         st.tokens.tenant_namespaces(), kMultiTenantHeldShare * 100);
   }
+  const size_t tenants = std::max<size_t>(1, st.tokens.tenant_namespaces());
+  opts.committed_share_per_namespace =
+      config.committed_share_per_namespace.value_or(1.0 / static_cast<double>(tenants));
+  if (!config.committed_share_per_namespace.has_value() && tenants > 1) {
+    spdlog::info(
+        "eviction: {} tenant namespaces: each is owed {:.0f}% of the DRAM tier; past it a tenant "
+        "evicts its own entries first (committed_share_per_namespace auto)",
+        tenants, opts.committed_share_per_namespace * 100);
+  }
   opts.eviction_policy = config.eviction_policy;
   opts.extra_layouts = config.extra_layouts;
   if (!config.ssd_dir.empty()) {

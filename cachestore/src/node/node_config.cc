@@ -138,6 +138,8 @@ const std::map<std::string, Setter>& Setters() {
        Field(&NodeConfig::max_leased_entries_per_namespace, ParseLimit)},
       {"max_held_share_per_namespace",
        Field(&NodeConfig::max_held_share_per_namespace, ParseFractionOrAuto)},
+      {"committed_share_per_namespace",
+       Field(&NodeConfig::committed_share_per_namespace, ParseFractionOrAuto)},
       {"eviction_policy", Text(&NodeConfig::eviction_policy)},
       {"extra_layouts", Field(&NodeConfig::extra_layouts, ParseLayoutSpecs)},
       {"ssd_dir", Text(&NodeConfig::ssd_dir)},
