@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "ssd/ssd_index.h"
 #include "strata/cache_store.h"
 #include "test_util.h"
 
@@ -293,6 +294,43 @@ TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
   EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
   m = Match(tokens);
   EXPECT_EQ(m.blocks.size(), 2u);  // dropped: a miss from now on
+  ExpectInvariants();
+}
+
+// Issue #39: an index record that points key A at key B's extent served
+// B's bytes as A, and no checksum noticed (each record's checksum was of
+// the payload alone). The checksum covers the key now: A is refused like a
+// corrupt block.
+TEST_F(SsdStoreTest, AnIndexRecordPointingAtAnotherKeysBytesIsAMissNeverServed) {
+  Open();
+  const std::vector<uint32_t> tokens = Tokens(4 * kTinyBlockTokens, 5);
+  const std::vector<testing::Payload> payloads = Commit(tokens);
+  store_->FlushWriteBack();
+  store_.reset();
+  const std::vector<ChainKey> keys = Keys(tokens);
+  {
+    // Block 2's record takes block 3's (extent, checksum and all), and
+    // block 3's goes: its extent is claimed once, by the wrong key.
+    auto tier = SsdTier::Open(*Options().ssd).value();
+    const SsdKey a{who_.ns, TestModel(), keys[2], StateKind::kGlobalKv};
+    const SsdKey b{who_.ns, TestModel(), keys[3], StateKind::kGlobalKv};
+    const SsdEntryMeta theirs = *tier->Lookup(b);
+    tier.reset();
+    auto index = SsdIndex::Open(dir_ + "/ssd/index").value();
+    const std::pair<std::string, SsdEntryMeta> put{EncodeSsdKey(a), theirs};
+    const std::string gone = EncodeSsdKey(b);
+    ASSERT_TRUE(index->Apply(std::span(&put, 1), std::span(&gone, 1), /*sync=*/true).ok());
+  }
+  Open();
+  MatchResult m = Match(tokens);
+  ASSERT_EQ(m.blocks.size(), 3u);
+  std::vector<std::vector<std::byte>> out;
+  FetchOutcome f = Fetch(m, &out);
+  EXPECT_EQ(f.blocks_ready, 2u);  // the usable prefix ends before the misdirected block
+  EXPECT_FALSE(f.status.ok());
+  for (size_t i = 0; i < f.blocks_ready; ++i) EXPECT_EQ(out[i], payloads[i].bytes) << i;
+  EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
+  EXPECT_EQ(Match(tokens).blocks.size(), 2u);  // dropped: a miss from now on
   ExpectInvariants();
 }
 

@@ -113,7 +113,7 @@ struct SsdEntryMeta {
   uint64_t offset = 0;          // in the data file, 4 KiB aligned
   uint64_t extent_bytes = 0;    // SsdIoBytes(payload_bytes)
   uint64_t payload_bytes = 0;   // exact
-  uint64_t data_checksum = 0;   // Checksum64 of the payload bytes
+  uint64_t data_checksum = 0;   // Checksum64 of the payload bytes, bound to the key
   uint64_t entry_checksum = 0;  // the store's entry checksum (layout.h)
   uint32_t layout_id = 0;
   uint16_t layout_version = kPayloadFormatVersion;

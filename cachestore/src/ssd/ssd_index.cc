@@ -5,12 +5,17 @@
 #include <rocksdb/write_batch.h>
 
 #include <cstring>
+#include <span>
+
+#include "strata/layout.h"
 
 namespace strata {
 namespace {
 
 constexpr uint8_t kKeyVersion = 1;
-constexpr uint8_t kMetaVersion = 1;
+// 2: data_checksum is bound to the key (KeyBoundChecksum). Version-1
+// records are dropped at open, as any record that does not decode.
+constexpr uint8_t kMetaVersion = 2;
 constexpr size_t kMetaBytes = 1 + 4 + 8 * 6 + 4 + 2 + 8 * 3;
 
 template <typename T>
@@ -72,6 +77,11 @@ std::optional<SsdKey> DecodeSsdKey(std::string_view in) {
   }
   key.kind = static_cast<StateKind>(kind);
   return key;
+}
+
+uint64_t KeyBoundChecksum(uint64_t payload_checksum, const SsdKey& key) {
+  const std::string encoded = EncodeSsdKey(key);
+  return payload_checksum ^ Checksum64(std::as_bytes(std::span(encoded)));
 }
 
 std::string EncodeSsdMeta(const SsdEntryMeta& m) {

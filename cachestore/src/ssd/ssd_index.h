@@ -23,6 +23,10 @@ std::string EncodeSsdKey(const SsdKey& key);
 // The bytes every encoded key of namespace `ns` starts with.
 std::string EncodeSsdKeyPrefix(std::string_view ns);
 std::optional<SsdKey> DecodeSsdKey(std::string_view bytes);
+// What an index record's data_checksum holds: the payload's Checksum64
+// bound to the entry's key, so a record that points at another key's bytes
+// (a misdirected or swapped index entry) fails its read like a corrupt one.
+uint64_t KeyBoundChecksum(uint64_t payload_checksum, const SsdKey& key);
 std::string EncodeSsdMeta(const SsdEntryMeta& meta);
 std::optional<SsdEntryMeta> DecodeSsdMeta(std::string_view bytes);
 

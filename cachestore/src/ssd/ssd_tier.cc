@@ -1069,8 +1069,10 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   // first read rather than become a copy that vouches for them.
   for (size_t i = 0; i < writes.size(); ++i) {
     if (!todo[i]) continue;
-    metas[i].data_checksum = writes[i].data_checksum.has_value() ? *writes[i].data_checksum
-                                                                 : Checksum64(writes[i].payload);
+    metas[i].data_checksum =
+        KeyBoundChecksum(writes[i].data_checksum.has_value() ? *writes[i].data_checksum
+                                                             : Checksum64(writes[i].payload),
+                         writes[i].key);
   }
   if (s.opts.before_data_write_hook) s.opts.before_data_write_hook();
   std::vector<IoOp> ops;
@@ -1251,7 +1253,8 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
           if (ops[op].result != static_cast<int>(ops[op].length)) io_ok[i] = false;
           if (--ops_left[i] == 0 && io_ok[i]) {
             const SsdEntryMeta& meta = recs[i]->meta;
-            sum_ok[i] = Checksum64(reads[i].dst.first(meta.payload_bytes)) == meta.data_checksum;
+            sum_ok[i] = KeyBoundChecksum(Checksum64(reads[i].dst.first(meta.payload_bytes)),
+                                         reads[i].key) == meta.data_checksum;
           }
         });
     s.ReleaseRing(ring);
