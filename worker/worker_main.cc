@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1u << 16));
   app.add_option("--max-running", eo.max_running, "Requests admitted at once; the rest queue")
       ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--exact-after-replays", eo.exact_after_replays,
+                 "After this many bounded replays over one prefix, compute it exactly once and "
+                 "store its SWA state (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 20));
   app.add_flag("--json", json, "One JSON object instead of tables");
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve /metrics (Prometheus text) and /healthz on host:port while running");
@@ -133,13 +138,14 @@ int main(int argc, char** argv) {
       std::printf(
           "%s{\"item\":%zu,\"conversation\":%s,\"turn\":%u,\"prompt_tokens\":%lu,"
           "\"hit_tokens\":%lu,\"swa_hit\":%s,\"swa_rejected\":%s,\"replayed_tokens\":%lu,"
-          "\"computed_tokens\":%lu,"
+          "\"exact_recompute\":%s,\"computed_tokens\":%lu,"
           "\"recomputed_tokens\":%lu,\"output_tokens\":%zu,\"ttft_ms\":%.3f}",
           i ? "," : "", r.item, strata::JsonString(r.conversation).c_str(), r.turn,
           static_cast<unsigned long>(r.stats.prompt_tokens),
           static_cast<unsigned long>(r.stats.hit_tokens), r.stats.swa_hit ? "true" : "false",
           r.stats.swa_rejected ? "true" : "false",
           static_cast<unsigned long>(r.stats.replayed_tokens),
+          r.stats.exact_recompute ? "true" : "false",
           static_cast<unsigned long>(r.stats.computed_tokens),
           static_cast<unsigned long>(r.stats.recomputed_tokens), r.output.size(),
           r.stats.ttft_s * 1e3);
@@ -158,7 +164,10 @@ int main(int argc, char** argv) {
                 r.conversation.empty() ? "-" : r.conversation.c_str(), r.turn,
                 static_cast<unsigned long>(r.stats.prompt_tokens),
                 static_cast<unsigned long>(r.stats.hit_tokens),
-                r.stats.swa_hit ? "yes" : (r.stats.swa_rejected ? "rej" : "no"),
+                r.stats.swa_hit           ? "yes"
+                : r.stats.exact_recompute ? "ex"
+                : r.stats.swa_rejected    ? "rej"
+                                          : "no",
                 static_cast<unsigned long>(r.stats.replayed_tokens),
                 static_cast<unsigned long>(r.stats.computed_tokens),
                 static_cast<unsigned long>(r.stats.recomputed_tokens), r.stats.ttft_s * 1e3);

@@ -250,6 +250,52 @@ TEST(EngineTest, SwaMissReplaysTheEncoderAndMatchesTheMaskedReference) {
 
 // max_batch_tokens bounds the replay as it bounds any prefill: a budget
 // below the window replays in chunks, to the same bits.
+// Issue #39: replays commit no SWA state, so a prefix that fell to bounded
+// replay (a fault, an eviction) stayed there for as long as its global KV
+// lived. After exact_after_replays replays, one request computes it from
+// token 0 and commits its SWA state, and the next is on the exact path
+// again, bit-identical to a cold run.
+TEST(EngineTest, APrefixReplayedTooOftenIsComputedExactlyOnceAndThenHitsAgain) {
+  for (const uint32_t after : {0u, 2u}) {
+    SCOPED_TRACE(after);
+    auto cache = StoreWithoutSwa();
+    auto store = Attach(cache);
+    MetricsRegistry metrics;
+    EngineOptions o = Options(store.get());
+    o.exact_after_replays = after;
+    o.metrics = &metrics;
+    auto engine = Engine::Create(TinyModel(), o).value();
+    for (uint64_t id = 1; id <= 2; ++id) {
+      const RunResult r = RunOn(*engine, id, Turn2());
+      EXPECT_EQ(r.stats.replayed_tokens, 128u);
+      EXPECT_FALSE(r.stats.exact_recompute);
+    }
+    const RunResult third = RunOn(*engine, 3, Turn2());
+    const RunResult fourth = RunOn(*engine, 4, Turn2());
+    if (after == 0) {  // never: the prefix stays on the approximate path
+      EXPECT_EQ(third.stats.replayed_tokens, 128u);
+      EXPECT_EQ(fourth.stats.replayed_tokens, 128u);
+      EXPECT_EQ(cache->Stats().swa_entries, 0u);
+      continue;
+    }
+    EXPECT_TRUE(third.stats.exact_recompute);
+    EXPECT_EQ(third.stats.replayed_tokens, 0u);
+    EXPECT_EQ(third.stats.hit_tokens, 0u);
+    EXPECT_GE(third.stats.committed_swa, 1u);
+    EXPECT_EQ(third.stats.store_errors, 0u);
+    ExpectIdentical(third, RunOne(Options(nullptr), Turn2()));
+    EXPECT_TRUE(fourth.stats.swa_hit);
+    EXPECT_EQ(fourth.stats.replayed_tokens, 0u);
+    EXPECT_EQ(fourth.stats.hit_tokens, 512u);
+    ExpectIdentical(fourth, third);
+    EXPECT_NE(metrics.RenderPrometheus().find("strata_worker_exact_recomputes_total 1\n"),
+              std::string::npos);
+    const EngineCounters c = engine->Counters();
+    EXPECT_EQ(c.pool_pages_used, 0u);
+    EXPECT_EQ(c.held_leases, 0u);
+  }
+}
+
 TEST(EngineTest, ReplayRunsInChunksWithinTheBatchBudget) {
   auto whole_cache = StoreWithoutSwa();
   auto whole_store = Attach(whole_cache);

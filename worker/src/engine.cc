@@ -32,8 +32,10 @@ uint32_t StagingPages(const BlockPool& pool) {
   return std::min(kStagingPages, pool.capacity() / 4);
 }
 
-// How many (state, prefix) pairs Engine::stale_swa_ remembers.
+// How many (state, prefix) pairs Engine::stale_swa_ remembers, and how
+// many prefixes Engine::replays_ counts.
 constexpr size_t kStaleSwaPairs = 4096;
+constexpr size_t kReplayedPrefixes = 4096;
 
 // The lineage of a prefix (SwaShape::lineage): each global KV block's entry
 // checksum chained onto the digest of the blocks before it. An SWA state
@@ -338,6 +340,10 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
     seq.fetch_swa = false;  // rejected before over these very blocks: not worth the transfer
     seq.stats.swa_rejected = true;
   }
+  if (!seq.fetch_swa && ReplayedOftenEnough(seq, usable)) {
+    ComputeExactly(seq, usable);
+    return true;
+  }
   FetchRequest fr;
   fr.block_buffers = std::move(buffers);
   if (seq.fetch_swa) {
@@ -366,6 +372,41 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
 // under it.
 uint64_t Engine::StaleSwaKey(const Sequence& seq) {
   return ExtendLineage(seq.lineage, seq.match.swa->entry.checksum);
+}
+
+bool Engine::ReplayedOftenEnough(const Sequence& seq, uint32_t boundary_blocks) {
+  if (options_.exact_after_replays == 0) return false;
+  const uint64_t prefix = seq.keys[boundary_blocks].Prefix64();
+  auto [it, inserted] = replays_.try_emplace(prefix, 0);
+  if (inserted) {
+    replays_order_.push_back(prefix);
+    if (replays_order_.size() > kReplayedPrefixes) {
+      replays_.erase(replays_order_.front());
+      replays_order_.pop_front();
+    }
+  }
+  if (it->second < options_.exact_after_replays) {
+    ++it->second;
+    return false;
+  }
+  it->second = 0;
+  return true;
+}
+
+// The way back to the exact path (EngineOptions::exact_after_replays): this
+// run computes the prefix from token 0, so its rings are exact and the SWA
+// state it commits lets the requests after it skip the replay. The blocks
+// matched are in the store: not committed again, but sealed, for the
+// lineage the SWA state carries.
+void Engine::ComputeExactly(Sequence& seq, uint32_t stored_blocks) {
+  ReleaseFetch(seq);
+  seq.fetch_blocks = 0;
+  seq.stored_upto = 0;
+  seq.committed_upto = std::max<uint64_t>(seq.committed_upto, stored_blocks);
+  seq.lineage = 0;
+  seq.lineage_blocks = 0;
+  seq.stats.hit_tokens = 0;
+  seq.stats.exact_recompute = true;
 }
 
 // Encoder bounded replay: the last W tokens before the hit boundary rebuild

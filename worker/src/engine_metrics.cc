@@ -21,6 +21,10 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r) {
                                   "or rejected).");
   recomputed_tokens_ = r.GetCounter("strata_worker_recomputed_tokens_total",
                                     "Planned hit tokens recomputed after a failed fetch.");
+  exact_recomputes_ =
+      r.GetCounter("strata_worker_exact_recomputes_total",
+                   "Requests computed from token 0 because their prefix had been replayed "
+                   "exact_after_replays times (the way back to the exact path).");
   const char* swa = "strata_worker_swa_states_total";
   const char* swa_help =
       "SWA state at a request's hit boundary: used, rejected (computed over other global KV), "
@@ -64,6 +68,7 @@ void EngineMetrics::OnFinish(const RequestStats& s, bool aborted) {
   prompt_tokens_->Increment(s.prompt_tokens);
   computed_tokens_->Increment(s.computed_tokens);
   recomputed_tokens_->Increment(s.recomputed_tokens);
+  if (s.exact_recompute) exact_recomputes_->Increment();
   committed_blocks_->Increment(s.committed_blocks);
   committed_swa_->Increment(s.committed_swa);
   store_errors_->Increment(s.store_errors);

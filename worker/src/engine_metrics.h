@@ -33,6 +33,7 @@ class EngineMetrics {
   Counter* computed_tokens_;
   Counter* replayed_tokens_;
   Counter* recomputed_tokens_;
+  Counter* exact_recomputes_;
   Counter* swa_hit_;
   Counter* swa_rejected_;
   Counter* swa_missing_;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -63,8 +64,14 @@ struct EngineOptions {
   bool swa_every_block = false;           // commit SWA state at every boundary (more DRAM, exact
                                           // resumption from any cached prefix)
   bool use_store_reads = true;            // false: commit only (a cold run that fills the store)
-  bool masked_attention = false;          // the bounded-replay reference kernel
-  bool return_logits = false;             // copy each sampled token's logits into the output
+  // The way back to the exact path. A request that finds a prefix's global
+  // KV but no usable SWA state replays, and replays commit no SWA state, so
+  // every later request over that prefix would replay too. After this many
+  // replays over one prefix, the next request computes it from token 0
+  // (exact) and commits its SWA state; 0: never.
+  uint32_t exact_after_replays = 3;
+  bool masked_attention = false;  // the bounded-replay reference kernel
+  bool return_logits = false;     // copy each sampled token's logits into the output
   // Threads for the long-context indexer scans, this one included;
   // 0 = one per hardware thread.
   uint32_t kernel_threads = 0;
@@ -87,6 +94,7 @@ struct RequestStats {
   uint64_t replayed_tokens = 0;    // encoder bounded replay
   uint64_t computed_tokens = 0;    // prompt tokens prefilled (incl. after a fallback)
   uint64_t recomputed_tokens = 0;  // planned hits recomputed after a store failure
+  bool exact_recompute = false;    // its prefix was replayed too often: computed exactly instead
   uint64_t committed_blocks = 0;   // GLOBAL_KV blocks published (or already present)
   uint64_t committed_swa = 0;
   uint64_t store_errors = 0;
@@ -150,6 +158,12 @@ class Engine {
   Engine(const ModelWeights& model, EngineOptions options);
   bool Admit(Sequence& seq, bool may_defer);
   void PlanEncoderReplay(Sequence& seq);
+  // Counts a replay over the prefix of `boundary_blocks` blocks; true when
+  // it has had exact_after_replays already (the count starts over).
+  bool ReplayedOftenEnough(const Sequence& seq, uint32_t boundary_blocks);
+  // Lets go of what Admit planned to fetch: the prompt is computed from
+  // token 0 (its blocks are in the store already).
+  void ComputeExactly(Sequence& seq, uint32_t stored_blocks);
   static uint64_t StaleSwaKey(const Sequence& seq);
   uint32_t FetchRoom() const;  // pool pages a new fetch may take now
   void Restart(Sequence& seq, const std::string& why);
@@ -186,6 +200,9 @@ class Engine {
   // without fetching the state. The oldest are forgotten first.
   std::unordered_set<uint64_t> stale_swa_;
   std::deque<uint64_t> stale_swa_order_;
+  // Replays per prefix (its hit boundary's key), for exact_after_replays.
+  std::unordered_map<uint64_t, uint32_t> replays_;
+  std::deque<uint64_t> replays_order_;
   BlockPool pool_;
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
