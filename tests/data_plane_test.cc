@@ -1108,30 +1108,55 @@ TEST_P(AcrossProcesses, NodeKilledMidTransferFailsWithinTheDeadline) {
   }
 }
 
+// A client killed at 8 moments of its reads: the node lets go of each
+// transfer (over tcp, and shm with RMA, within seconds), keeps serving
+// others, and shuts down with whatever is left in flight.
 TEST_P(AcrossProcesses, NodeSurvivesAClientKilledMidTransfer) {
   LocalNode node({}, GetParam().own_region);
+  // Not yet over shared memory with active messages: UCX 1.13's shared-
+  // memory transports refuse peer error handling (UCS_ERR_UNREACHABLE, with
+  // and without cma), so the node cannot close such an endpoint by force
+  // (UCS_ERR_INVALID_PARAM) and keepalive never fails it. Issue #39 stays
+  // open for it; what is left to try is in docs/security.md.
+  const bool lets_go =
+      !(GetParam().mode == Mode::kActiveMessage && std::string_view(GetParam().tls) == kShm);
   ASSERT_NE(node.server, nullptr);
   ServerInfo info = node.Info();
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::string base = std::to_string(info.region_base);
-    std::string mode(ModeName(GetParam().mode));
-    execl("/proc/self/exe", "data_plane_test", "--data-plane-child-client",
-          Hex(info.worker_address).c_str(), Hex(info.packed_rkey).c_str(), base.c_str(),
-          Hex(info.host_id).c_str(), mode.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  for (int kill_at = 0; kill_at < 8; ++kill_at) {
+    SCOPED_TRACE(kill_at);
+    const uint64_t sent_before = node.server->stats().bytes_sent;
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string base = std::to_string(info.region_base);
+      std::string mode(ModeName(GetParam().mode));
+      execl("/proc/self/exe", "data_plane_test", "--data-plane-child-client",
+            Hex(info.worker_address).c_str(), Hex(info.packed_rkey).c_str(), base.c_str(),
+            Hex(info.host_id).c_str(), mode.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ASSERT_GT(pid, 0);
+    // Kill it once it is moving bytes, a few ms later each time (or after
+    // 3 s, whatever it is doing).
+    for (int i = 0; i < 300; ++i) {
+      auto stats = node.server->stats();
+      if (stats.bytes_sent > sent_before + 4 * kBlock ||
+          (GetParam().mode == Mode::kRma && i > 20)) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kill_at * 3));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status)) << "child client exited early: " << status;
+    if (!lets_go) continue;
+    const Nanos killed = Now();
+    while (node.server->stats().in_flight != 0 && Now() - killed < Seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(node.server->stats().in_flight, 0u) << "a dead client's transfer is still in flight";
   }
-  ASSERT_GT(pid, 0);
-  // Kill it once it is moving bytes (or after 3 s, whatever it is doing).
-  for (int i = 0; i < 300; ++i) {
-    auto stats = node.server->stats();
-    if (stats.bytes_sent > 4 * kBlock || (GetParam().mode == Mode::kRma && i > 20)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFSIGNALED(status)) << "child client exited early: " << status;
   // The node keeps serving others.
   auto client = DataPlaneClient::Connect(info, {GetParam().mode, Seconds(10)});
   ASSERT_TRUE(client.ok()) << client.status().ToString();
@@ -1139,7 +1164,7 @@ TEST_P(AcrossProcesses, NodeSurvivesAClientKilledMidTransfer) {
   Status st = (*client)->Read(plan.ops, nullptr, In(kLongMs));
   ASSERT_TRUE(st.ok()) << st.ToString();
   ExpectReadMatches(plan, node.arena);
-  // And shuts down with whatever the dead client left in flight.
+  // And shuts down.
   client->reset();
   node.server.reset();
 }
