@@ -139,6 +139,23 @@ class SsdStoreTest : public ::testing::Test {
     std::fputc(c ^ 0x01, f);
     std::fclose(f);
   }
+  // `tokens` match `matched` blocks, of which block `bad` fails its SSD
+  // checksum: a fetch serves the blocks before it, and the bad one is
+  // dropped (a miss from then on). Returns the blocks served.
+  std::vector<std::vector<std::byte>> ExpectServedUpToTheBadBlock(
+      const std::vector<uint32_t>& tokens, size_t matched, uint32_t bad) {
+    MatchResult m = Match(tokens);
+    EXPECT_EQ(m.blocks.size(), matched);
+    std::vector<std::vector<std::byte>> out;
+    FetchOutcome f = Fetch(m, &out);
+    EXPECT_EQ(f.blocks_ready, bad);  // the usable prefix ends before the bad block
+    EXPECT_FALSE(f.status.ok());
+    EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
+    EXPECT_EQ(Match(tokens).blocks.size(), bad);
+    ExpectInvariants();
+    out.resize(std::min<size_t>(out.size(), f.blocks_ready));
+    return out;
+  }
   // A leased match by keys that promotes SSD-only blocks (what a node runs
   // for a remote caller).
   MatchResult MatchKeysPromoting(std::span<const ChainKey> keys, bool independent = false) {
@@ -285,16 +302,7 @@ TEST_F(SsdStoreTest, CorruptSsdDataIsAMissNeverServed) {
   store_.reset();
   CorruptOnSsd(Keys(tokens)[2]);
   Open();
-  MatchResult m = Match(tokens);
-  ASSERT_EQ(m.blocks.size(), 4u);
-  std::vector<std::vector<std::byte>> out;
-  FetchOutcome f = Fetch(m, &out);
-  EXPECT_EQ(f.blocks_ready, 2u);  // the usable prefix ends before the bad block
-  EXPECT_FALSE(f.status.ok());
-  EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
-  m = Match(tokens);
-  EXPECT_EQ(m.blocks.size(), 2u);  // dropped: a miss from now on
-  ExpectInvariants();
+  ExpectServedUpToTheBadBlock(tokens, 4, 2);
 }
 
 // Issue #39: an index record that points key A at key B's extent served
@@ -322,16 +330,8 @@ TEST_F(SsdStoreTest, AnIndexRecordPointingAtAnotherKeysBytesIsAMissNeverServed) 
     ASSERT_TRUE(index->Apply(std::span(&put, 1), std::span(&gone, 1), /*sync=*/true).ok());
   }
   Open();
-  MatchResult m = Match(tokens);
-  ASSERT_EQ(m.blocks.size(), 3u);
-  std::vector<std::vector<std::byte>> out;
-  FetchOutcome f = Fetch(m, &out);
-  EXPECT_EQ(f.blocks_ready, 2u);  // the usable prefix ends before the misdirected block
-  EXPECT_FALSE(f.status.ok());
-  for (size_t i = 0; i < f.blocks_ready; ++i) EXPECT_EQ(out[i], payloads[i].bytes) << i;
-  EXPECT_EQ(store_->Stats().ssd.checksum_failures, 1u);
-  EXPECT_EQ(Match(tokens).blocks.size(), 2u);  // dropped: a miss from now on
-  ExpectInvariants();
+  const std::vector<std::vector<std::byte>> served = ExpectServedUpToTheBadBlock(tokens, 3, 2);
+  for (size_t i = 0; i < served.size(); ++i) EXPECT_EQ(served[i], payloads[i].bytes) << i;
 }
 
 // Bytes that go bad in DRAM after their publish are caught by write-back's

@@ -39,63 +39,59 @@ std::string HostName() {
   return name;
 }
 
+// Prometheus text, one unlabelled family (HELP, TYPE, value) per Add.
+struct PrometheusText {
+  template <typename Value>
+  void Add(const char* name, const char* type, const char* help, Value value) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+        << name << ' ' << value << '\n';
+  }
+  std::ostringstream out;
+};
+
 // The data plane's active-message traffic in Prometheus text, rendered after
 // the store's metrics on /metrics. RMA reads bypass the node: not counted.
-// One unlabelled Prometheus family: HELP, TYPE and its value.
-template <typename Value>
-void AppendFamily(std::ostringstream& out, const char* name, const char* type, const char* help,
-                  Value value) {
-  out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
-      << name << ' ' << value << '\n';
-}
-
 std::string DataPlaneMetricsText(const dataplane::DataPlaneServer::Stats& d) {
-  std::ostringstream out;
-  auto family = [&](const char* name, const char* type, const char* help, auto value) {
-    AppendFamily(out, name, type, help, value);
-  };
-  family("strata_dataplane_bytes_sent_total", "counter", "Bytes of read replies completed.",
-         d.bytes_sent);
-  family("strata_dataplane_bytes_received_total", "counter", "Bytes of writes landed.",
-         d.bytes_received);
-  family("strata_dataplane_requests_total", "counter", "Active-message requests seen.", d.requests);
-  family("strata_dataplane_rejected_total", "counter", "Requests answered with an error.",
-         d.rejected);
-  family("strata_dataplane_transfers_in_flight", "gauge",
-         "Replies and writes UCX has not finished; each pins its entry.", d.in_flight);
-  family("strata_dataplane_oldest_transfer_seconds", "gauge",
-         "Age of the oldest transfer in flight (a stalled peer shows here), 0 if none.",
-         d.oldest_in_flight_seconds);
-  return out.str();
+  PrometheusText t;
+  t.Add("strata_dataplane_bytes_sent_total", "counter", "Bytes of read replies completed.",
+        d.bytes_sent);
+  t.Add("strata_dataplane_bytes_received_total", "counter", "Bytes of writes landed.",
+        d.bytes_received);
+  t.Add("strata_dataplane_requests_total", "counter", "Active-message requests seen.", d.requests);
+  t.Add("strata_dataplane_rejected_total", "counter", "Requests answered with an error.",
+        d.rejected);
+  t.Add("strata_dataplane_transfers_in_flight", "gauge",
+        "Replies and writes UCX has not finished; each pins its entry.", d.in_flight);
+  t.Add("strata_dataplane_oldest_transfer_seconds", "gauge",
+        "Age of the oldest transfer in flight (a stalled peer shows here), 0 if none.",
+        d.oldest_in_flight_seconds);
+  return t.out.str();
 }
 
 // What the gRPC front door let through and turned away, after the store's
 // metrics on /metrics: a flood shows here before anywhere else.
 std::string FrontDoorMetricsText(const GrpcFrontDoor::Stats& f) {
-  std::ostringstream out;
-  auto family = [&](const char* name, const char* type, const char* help, uint64_t value) {
-    AppendFamily(out, name, type, help, value);
-  };
-  family("strata_grpc_connections_open", "gauge", "Control-plane connections open.",
-         f.connections_open);
-  family("strata_grpc_connections_accepted_total", "counter", "Control-plane connections taken.",
-         f.connections_accepted);
-  out << "# HELP strata_grpc_connections_closed_total Control-plane connections the node closed "
-         "or refused, by reason.\n# TYPE strata_grpc_connections_closed_total counter\n";
+  PrometheusText t;
+  t.Add("strata_grpc_connections_open", "gauge", "Control-plane connections open.",
+        f.connections_open);
+  t.Add("strata_grpc_connections_accepted_total", "counter", "Control-plane connections taken.",
+        f.connections_accepted);
+  t.out << "# HELP strata_grpc_connections_closed_total Control-plane connections the node "
+           "closed or refused, by reason.\n# TYPE strata_grpc_connections_closed_total counter\n";
   for (const auto& [reason, value] :
        {std::pair<const char*, uint64_t>{"max_connections", f.refused_full},
         {"reset_flood", f.closed_reset_flood},
         {"handshake", f.closed_handshake},
         {"idle", f.closed_idle}}) {
-    out << "strata_grpc_connections_closed_total{reason=\"" << reason << "\"} " << value << '\n';
+    t.out << "strata_grpc_connections_closed_total{reason=\"" << reason << "\"} " << value << '\n';
   }
-  family("strata_grpc_throttled_total", "counter",
-         "Times a connection opening streams too fast was read more slowly.", f.throttled);
-  family("strata_grpc_streams_relayed_total", "counter", "New streams passed to the gRPC server.",
-         f.streams_relayed);
-  family("strata_grpc_resets_relayed_total", "counter",
-         "Stream resets from clients passed to the gRPC server.", f.resets_relayed);
-  return out.str();
+  t.Add("strata_grpc_throttled_total", "counter",
+        "Times a connection opening streams too fast was read more slowly.", f.throttled);
+  t.Add("strata_grpc_streams_relayed_total", "counter", "New streams passed to the gRPC server.",
+        f.streams_relayed);
+  t.Add("strata_grpc_resets_relayed_total", "counter",
+        "Stream resets from clients passed to the gRPC server.", f.resets_relayed);
+  return t.out.str();
 }
 
 // Registers the node in etcd (cluster.etcd_endpoints set); the record
