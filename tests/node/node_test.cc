@@ -955,9 +955,9 @@ TEST_F(NodeTest, AClientFindsARestartedNodeWithinAboutASecond) {
     std::printf("outage %lld ms: a round trip %.2f s after the node was back\n",
                 static_cast<long long>(outage.count()), seconds);
     ASSERT_TRUE(round_trip) << last.ToString();
-    // About a second, with room for sanitizer builds on a busy machine;
-    // before the fix it was 5-14 s.
-    EXPECT_LT(seconds, 3.0) << "outage " << outage.count() << " ms";
+    // About a second (0.05-1.5 s measured), with room for sanitizer builds
+    // on a busy machine; before the fix it was 4-9 s.
+    EXPECT_LT(seconds, 4.0) << "outage " << outage.count() << " ms";
   }
 }
 
