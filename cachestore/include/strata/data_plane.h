@@ -96,6 +96,15 @@ struct ServerOptions {
   // (a tcp socket per interface otherwise). Empty or a wildcard: every
   // interface. An explicit UCX_NET_DEVICES in the environment wins.
   std::string listen_host;
+  // A reply or write UCX has not finished this long after it started is
+  // given up: counted apart from those in flight (Stats::abandoned), so a
+  // draining node no longer waits for it. Its peer is gone or stalled: a
+  // client killed mid-read over shared memory (`am`) leaves no connection
+  // whose end would tell, and UCX 1.13 refuses peer error handling there,
+  // so the transfer can be neither failed nor cancelled. What it pins stays
+  // pinned until UCX lets go of it, or the node stops: a peer that was only
+  // stalled may still read those bytes, and they must not be reused.
+  Nanos stalled_transfer_timeout = Seconds(30);
 };
 
 // What an authorization keeps alive until the transfer it allowed has
@@ -187,8 +196,11 @@ class DataPlaneServer {
     uint64_t in_flight = 0;       // replies / writes not finished yet
     // Age of the oldest of those UCX has not finished. A transfer pins its
     // entry until then; one that a stalled peer never completes shows here
-    // (it ends only when UCX fails the endpoint).
+    // until stalled_transfer_timeout gives it up.
     double oldest_in_flight_seconds = 0;
+    // Transfers given up (ServerOptions::stalled_transfer_timeout) that UCX
+    // has not finished: each still pins its entry.
+    uint64_t abandoned = 0;
     std::vector<std::string> transports;    // "tcp/eth0", "posix/memory", ...
     std::vector<std::string> rdma_devices;  // DiscoverRdmaDevices()
   };

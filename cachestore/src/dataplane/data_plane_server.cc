@@ -2,6 +2,7 @@
 // thread, the arena registered once, active-message handlers that check
 // Access and answer straight from / into the arena.
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
 #include <cstring>
@@ -37,6 +38,8 @@ constexpr Nanos kSpinNanos = 100'000;
 // thread arms): without a bound the send, and the entry it pins, would wait
 // for the next unrelated event.
 constexpr int kMaxSleepMs = 5;
+// How often the progress thread looks for stalled transfers.
+constexpr Nanos kStalledCheckInterval = 500 * kNanosPerMilli;
 }  // namespace
 
 struct DataPlaneServer::Impl {
@@ -56,6 +59,7 @@ struct DataPlaneServer::Impl {
     // done with the arena bytes.
     std::vector<TransferHold> holds;
     Nanos started = internal::SteadyNow();
+    bool abandoned = false;  // given up (AbandonStalled): counted in `abandoned`, not `in_flight`
   };
 
   std::span<std::byte> region;
@@ -80,6 +84,7 @@ struct DataPlaneServer::Impl {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> in_flight{0};
+  std::atomic<uint64_t> abandoned{0};
   // Read and write handlers running now. A handler that checked `draining`
   // before Drain set it starts its transfer (in_flight) before it ends, so
   // Drain waits for both: otherwise it could see no transfer in flight just
@@ -113,9 +118,42 @@ struct DataPlaneServer::Impl {
     Shutdown();
   }
 
+  // Gives up the transfers older than stalled_transfer_timeout (see
+  // ServerOptions): they leave `in_flight` for `abandoned`, and keep their
+  // holds until UCX finishes them or the worker goes. Progress thread only.
+  void AbandonStalled(Nanos now) {
+    uint64_t given_up = 0;
+    {
+      std::lock_guard lock(pending_mu);
+      for (Pending* p : pending) {
+        if (p->abandoned || now - p->started <= options.stalled_transfer_timeout) continue;
+        p->abandoned = true;
+        ++given_up;
+      }
+    }
+    if (given_up == 0) return;
+    abandoned.fetch_add(given_up, std::memory_order_acq_rel);
+    in_flight.fetch_sub(given_up, std::memory_order_acq_rel);
+    spdlog::warn(
+        "event=data_plane_transfers_abandoned count={} after_s={} reason=\"the peer neither "
+        "finished nor failed them (gone or stalled); what they pin stays pinned\"",
+        given_up, options.stalled_transfer_timeout / kNanosPerSecond);
+  }
+
+  // A transfer ended, its Pending (and holds) gone: out of whichever count
+  // held it.
+  void CountEnded(bool was_abandoned) {
+    (was_abandoned ? abandoned : in_flight).fetch_sub(1, std::memory_order_acq_rel);
+  }
+
   void Run() {
     Nanos last_active = internal::SteadyNow();
+    Nanos next_check = last_active + kStalledCheckInterval;
     while (!stop.load(std::memory_order_acquire)) {
+      if (const Nanos now = internal::SteadyNow(); now >= next_check) {
+        AbandonStalled(now);
+        next_check = now + kStalledCheckInterval;
+      }
       if (ucp_worker_progress(ucx->worker) != 0) {
         last_active = internal::SteadyNow();
         continue;
@@ -219,12 +257,14 @@ struct DataPlaneServer::Impl {
   }
 
   // The holds go before the count: in_flight 0 (what Drain waits for)
-  // means every entry a reply read is free again.
+  // means every entry a reply read is free again, but those of abandoned
+  // transfers.
   void FinishSend(Pending* p, ucs_status_t status) {
     if (status == UCS_OK) bytes_sent.fetch_add(p->payload_bytes, std::memory_order_relaxed);
     Untrack(p);
+    const bool was_abandoned = p->abandoned;
     delete p;
-    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    CountEnded(was_abandoned);
   }
 
   // Sends `id` with {op_id, status} to `ep`: data is the arena range on OK,
@@ -475,8 +515,9 @@ struct DataPlaneServer::Impl {
     // lasts through on_write_done, as for an eager write.
     if (!destroying) WriteLanded(p->request, p->reply_ep, status);  // going away: no acks
     Untrack(p);
+    const bool was_abandoned = p->abandoned;
     delete p;
-    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    CountEnded(was_abandoned);
   }
 
   void WriteLanded(const RequestHeader& h, ucp_ep_h ep, ucs_status_t status) {
@@ -590,11 +631,12 @@ DataPlaneServer::Stats DataPlaneServer::stats() const {
   s.requests = impl_->requests.load(std::memory_order_relaxed);
   s.rejected = impl_->rejected.load(std::memory_order_relaxed);
   s.in_flight = impl_->in_flight.load(std::memory_order_relaxed);
+  s.abandoned = impl_->abandoned.load(std::memory_order_relaxed);
   {
     std::lock_guard lock(impl_->pending_mu);
     Nanos oldest = 0;
     for (const Impl::Pending* p : impl_->pending) {
-      if (oldest == 0 || p->started < oldest) oldest = p->started;
+      if (!p->abandoned && (oldest == 0 || p->started < oldest)) oldest = p->started;
     }
     if (oldest != 0) {
       s.oldest_in_flight_seconds = static_cast<double>(internal::SteadyNow() - oldest) / 1e9;

@@ -65,6 +65,10 @@ std::string DataPlaneMetricsText(const dataplane::DataPlaneServer::Stats& d) {
   t.Add("strata_dataplane_oldest_transfer_seconds", "gauge",
         "Age of the oldest transfer in flight (a stalled peer shows here), 0 if none.",
         d.oldest_in_flight_seconds);
+  t.Add("strata_dataplane_transfers_abandoned", "gauge",
+        "Transfers given up after stalled_transfer_timeout that UCX has not finished (a peer "
+        "killed mid-read over shared memory); each still pins its entry.",
+        d.abandoned);
   return t.out.str();
 }
 
