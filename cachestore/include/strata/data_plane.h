@@ -161,7 +161,7 @@ class DataPlaneServer {
   // Registers `region` once (ucp_mem_map; remote read only) and starts the
   // progress thread. `region` must outlive the server.
   static Result<std::unique_ptr<DataPlaneServer>> Start(std::span<std::byte> region, Access access,
-                                                        ServerOptions options);
+                                                        const ServerOptions& options);
   // Lets UCX allocate the region (ucp_mem_map ALLOCATE: a shared-memory
   // segment when shm transports are enabled), so that clients on this host
   // map it and RMA reads are plain memcpy. UCX 1.13 cannot do that for a
@@ -169,7 +169,7 @@ class DataPlaneServer {
   // active messages through the node's worker, and kAuto picks active
   // messages (rendezvous via cma, zero copy) instead. Freed with the server.
   static Result<std::unique_ptr<DataPlaneServer>> StartWithOwnRegion(uint64_t bytes, Access access,
-                                                                     ServerOptions options);
+                                                                     const ServerOptions& options);
   // Stops the thread, ends in-flight sends, unmaps the region, frees UCX.
   ~DataPlaneServer();
   DataPlaneServer(const DataPlaneServer&) = delete;
@@ -212,7 +212,7 @@ class DataPlaneServer {
   explicit DataPlaneServer(std::unique_ptr<Impl> impl);
   static Result<std::unique_ptr<DataPlaneServer>> StartInternal(std::span<std::byte> region,
                                                                 uint64_t bytes, Access access,
-                                                                ServerOptions options);
+                                                                const ServerOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

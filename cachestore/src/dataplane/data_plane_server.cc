@@ -537,21 +537,19 @@ DataPlaneServer::~DataPlaneServer() = default;
 
 Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(std::span<std::byte> region,
                                                                 Access access,
-                                                                ServerOptions options) {
+                                                                const ServerOptions& options) {
   if (region.empty()) return InvalidArgument("data plane region is empty");
   return StartInternal(region, region.size(), std::move(access), options);
 }
 
 Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartWithOwnRegion(
-    uint64_t bytes, Access access, ServerOptions options) {
+    uint64_t bytes, Access access, const ServerOptions& options) {
   if (bytes == 0) return InvalidArgument("data plane region is empty");
   return StartInternal({}, bytes, std::move(access), options);
 }
 
-Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(std::span<std::byte> region,
-                                                                        uint64_t bytes,
-                                                                        Access access,
-                                                                        ServerOptions options) {
+Result<std::unique_ptr<DataPlaneServer>> DataPlaneServer::StartInternal(
+    std::span<std::byte> region, uint64_t bytes, Access access, const ServerOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->access = std::move(access);
   impl->options = options;
