@@ -869,6 +869,15 @@ struct CacheStore::Impl {
     e->parent = e->prev_sibling = e->next_sibling = nullptr;
   }
 
+  // An entry of namespace `ns` left DRAM for `reason`: the node's counters
+  // and the namespace's.
+  void CountEviction(EvictReason reason, uint32_t ns) {
+    const auto r = static_cast<size_t>(reason);
+    evictions[r].fetch_add(1);
+    m.evictions[r]->Increment();
+    CountersOf(ns).evictions[r].fetch_add(1, std::memory_order_relaxed);
+  }
+
   void CountEntry(const Entry* e, int delta) {
     const bool global = e->key.kind == StateKind::kGlobalKv;
     (global ? m.entries_global : m.entries_swa)->Add(delta);
@@ -971,10 +980,7 @@ struct CacheStore::Impl {
     TreeUnlink(e);
     policy->OnErase(e);
     TtlUnlink(e);
-    evictions[static_cast<size_t>(reason)].fetch_add(1);
-    m.evictions[static_cast<size_t>(reason)]->Increment();
-    CountersOf(e->key.ns).evictions[static_cast<size_t>(reason)].fetch_add(
-        1, std::memory_order_relaxed);
+    CountEviction(reason, e->key.ns);
     Shard& shard = ShardFor(e->key);
     std::unique_lock lock(shard.mu);
     if (e->leases.load() != 0 || e->readers.load() != 0) {
@@ -1041,10 +1047,7 @@ struct CacheStore::Impl {
       ssd->Touch(SsdKeyOf(key, model), SsdTouch::kRenew, hits);
       LogLeftDramLocked(key);
     }
-    evictions[static_cast<size_t>(reason)].fetch_add(1);
-    m.evictions[static_cast<size_t>(reason)]->Increment();
-    CountersOf(key.ns).evictions[static_cast<size_t>(reason)].fetch_add(1,
-                                                                        std::memory_order_relaxed);
+    CountEviction(reason, key.ns);
     return true;
   }
 
@@ -1382,10 +1385,8 @@ class CacheStore::PrefixLookup {
     result_.model_id = model;
     result_.block_tokens = block_tokens;
     result_.prompt_blocks = prompt_blocks;
-    if (ns_.has_value()) {
-      hits_.reserve(prompt_blocks);
-      result_.blocks.reserve(prompt_blocks);
-    }
+    hits_.reserve(prompt_blocks);
+    result_.blocks.reserve(prompt_blocks);
   }
 
   // Promote SSD-only blocks of a run together (see Visit) rather than one
@@ -1398,9 +1399,9 @@ class CacheStore::PrefixLookup {
 
   // Looks up the next block; false (stop) on a miss.
   bool Visit(const ChainKey& key) {
-    if (!ns_.has_value() || stopped_) return false;  // a namespace that never stored anything
+    if (stopped_) return false;
     if (lease_ && hits_.size() + deferred_.size() >= lease_room_) return false;
-    const EntryKey k{*ns_, StateKind::kGlobalKv, key};
+    const EntryKey k{ns_, StateKind::kGlobalKv, key};
     // A DRAM block after a run of SSD-only ones: promote the run first, so
     // pins and the prefix stay in order.
     if (!deferred_.empty() && s_.InDram(k, start_) && !Flush()) return false;
@@ -1471,8 +1472,8 @@ class CacheStore::PrefixLookup {
     if (lease_ && hits_.size() >= lease_room_) return;
     const uint32_t hit = static_cast<uint32_t>(result_.blocks.size());
     const uint32_t lowest = hit > kSwaSearchBoundaries ? hit - kSwaSearchBoundaries : 1;
-    for (uint32_t b = hit; ns_.has_value() && b >= lowest && b > 0; --b) {
-      const EntryKey k{*ns_, StateKind::kSwaState, result_.blocks[b - 1].key};
+    for (uint32_t b = hit; b >= lowest && b > 0; --b) {
+      const EntryKey k{ns_, StateKind::kSwaState, result_.blocks[b - 1].key};
       std::optional<BlockMatch> e = Pin(k);
       if (!e.has_value() && promote_) {
         // A leased remote answer carries DRAM locations only: an SWA state
@@ -1505,7 +1506,7 @@ class CacheStore::PrefixLookup {
     Flush();
     if (lease_ && !hits_.empty()) {
       LeaseRecord rec;
-      rec.ns = *ns_;
+      rec.ns = ns_;
       rec.granted = start_;
       rec.expiry = start_ + lease_ttl_;
       rec.entries = hits_;
@@ -1514,7 +1515,7 @@ class CacheStore::PrefixLookup {
       // before the grant: once granted it may end (and be counted out) at
       // once.
       s_.m.leases_live_read->Add(1);
-      Result<LeaseId> lease = s_.leases.Grant(rec, s_.LeaseLimitsFor(*ns_));
+      Result<LeaseId> lease = s_.leases.Grant(rec, s_.LeaseLimitsFor(ns_));
       if (!lease.ok()) {
         s_.m.leases_live_read->Add(-1);
         Abandon();
@@ -1543,13 +1544,11 @@ class CacheStore::PrefixLookup {
     s_.m.match_tokens->Increment(prompt_tokens);
     s_.m.hit_tokens->Increment(result_.hit_tokens());
     s_.m.hit_bytes->Increment(hit_bytes);
-    if (ns_.has_value()) {
-      Impl::NamespaceCounters& c = s_.CountersOf(*ns_);
-      c.match_requests.fetch_add(1, std::memory_order_relaxed);
-      c.match_tokens.fetch_add(prompt_tokens, std::memory_order_relaxed);
-      c.hit_tokens.fetch_add(result_.hit_tokens(), std::memory_order_relaxed);
-      c.hit_bytes.fetch_add(hit_bytes, std::memory_order_relaxed);
-    }
+    Impl::NamespaceCounters& c = s_.CountersOf(ns_);
+    c.match_requests.fetch_add(1, std::memory_order_relaxed);
+    c.match_tokens.fetch_add(prompt_tokens, std::memory_order_relaxed);
+    c.hit_tokens.fetch_add(result_.hit_tokens(), std::memory_order_relaxed);
+    c.hit_bytes.fetch_add(hit_bytes, std::memory_order_relaxed);
     s_.m.lookup_seconds->Observe(SecondsSince(*s_.clock, start_));
     return std::move(result_);
   }
@@ -1600,7 +1599,7 @@ class CacheStore::PrefixLookup {
   }
 
   Impl& s_;
-  const std::optional<uint32_t> ns_;
+  const uint32_t ns_;
   const std::string ns_name_;
   const bool lease_;
   const bool promote_;

@@ -65,7 +65,6 @@ Status LeaseTable::HoldPin(const Entry* e, uint32_t ns, uint64_t bytes, Nanos no
                            const LeaseLimits& limits) {
   std::lock_guard lock(mu_);
   DropEndedPinsLocked(now);
-  const HeldByLeases before = HeldLocked(ns, now);
   auto it = pins_.find(e);
   if (it != pins_.end()) {
     // A pin renewed: its bytes are counted already.
@@ -74,7 +73,8 @@ Status LeaseTable::HoldPin(const Entry* e, uint32_t ns, uint64_t bytes, Nanos no
     pin_ends_.emplace(until, e);
     return Status::Ok();
   }
-  if (std::string why = PastBytes(before, ReadPinnedBytes(limits), bytes, limits.bytes);
+  if (std::string why =
+          PastBytes(HeldLocked(ns, now), ReadPinnedBytes(limits), bytes, limits.bytes);
       !why.empty()) {
     return ResourceExhausted(why);
   }

@@ -37,6 +37,17 @@ uint32_t StagingPages(const BlockPool& pool) {
 constexpr size_t kStaleSwaPairs = 4096;
 constexpr size_t kReplayedPrefixes = 4096;
 
+// Notes `key`, just added to `remembered`, as the newest in `order`, and
+// forgets the oldest once there are more than `cap`.
+template <typename Remembered>
+void RememberNewest(Remembered& remembered, std::deque<uint64_t>& order, uint64_t key, size_t cap) {
+  order.push_back(key);
+  if (order.size() > cap) {
+    remembered.erase(order.front());
+    order.pop_front();
+  }
+}
+
 // The lineage of a prefix (SwaShape::lineage): each global KV block's entry
 // checksum chained onto the digest of the blocks before it. An SWA state
 // carries the lineage of the blocks it was computed over, so it is paired
@@ -378,18 +389,13 @@ bool Engine::ReplayedOftenEnough(const Sequence& seq, uint32_t boundary_blocks) 
   if (options_.exact_after_replays == 0) return false;
   const uint64_t prefix = seq.keys[boundary_blocks].Prefix64();
   auto [it, inserted] = replays_.try_emplace(prefix, 0);
-  if (inserted) {
-    replays_order_.push_back(prefix);
-    if (replays_order_.size() > kReplayedPrefixes) {
-      replays_.erase(replays_order_.front());
-      replays_order_.pop_front();
-    }
-  }
-  if (it->second < options_.exact_after_replays) {
-    ++it->second;
+  uint32_t& count = it->second;  // stays valid: only the oldest other key can go
+  if (inserted) RememberNewest(replays_, replays_order_, prefix, kReplayedPrefixes);
+  if (count < options_.exact_after_replays) {
+    ++count;
     return false;
   }
-  it->second = 0;
+  count = 0;
   return true;
 }
 
@@ -761,11 +767,7 @@ std::vector<StepOutput> Engine::Step() {
       seq.stats.swa_rejected = true;
       const uint64_t pair = StaleSwaKey(seq);
       if (stale_swa_.insert(pair).second) {
-        stale_swa_order_.push_back(pair);
-        if (stale_swa_order_.size() > kStaleSwaPairs) {
-          stale_swa_.erase(stale_swa_order_.front());
-          stale_swa_order_.pop_front();
-        }
+        RememberNewest(stale_swa_, stale_swa_order_, pair, kStaleSwaPairs);
       }
       PlanEncoderReplay(seq);  // runs next step, on the fetched global KV
       continue;
