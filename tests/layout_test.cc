@@ -87,16 +87,13 @@ TEST(LayoutTest, CopyAndChecksumEqualsChecksumOfCopy) {
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 31 + 7);
   EXPECT_EQ(CopyAndChecksum(dst.data(), src.data(), src.size()), Checksum64(src));
   EXPECT_EQ(dst, src);
-  // Unaligned destinations and sizes around the streaming threshold.
-  for (CopySource source : {CopySource::kStable, CopySource::kMayChange}) {
-    for (size_t n : {0, 1, 63, 4096, 32 * 1024 - 1, 32 * 1024, 70'001}) {
-      for (size_t shift : {0, 3, 8}) {
-        std::vector<std::byte> out(n + shift, std::byte{0});
-        EXPECT_EQ(CopyAndChecksum(out.data() + shift, src.data() + 5, n, source),
-                  Checksum64(std::span(src).subspan(5, n)));
-        EXPECT_TRUE(std::equal(out.begin() + shift, out.end(), src.begin() + 5))
-            << n << "+" << shift;
-      }
+  // Unaligned destinations and sizes around the chunk size.
+  for (size_t n : {0, 1, 63, 4096, 128 * 1024 - 1, 128 * 1024, 128 * 1024 + 1, 270'001}) {
+    for (size_t shift : {0, 3, 8}) {
+      std::vector<std::byte> out(n + shift, std::byte{0});
+      EXPECT_EQ(CopyAndChecksum(out.data() + shift, src.data() + 5, n),
+                Checksum64(std::span(src).subspan(5, n)));
+      EXPECT_TRUE(std::equal(out.begin() + shift, out.end(), src.begin() + 5)) << n << "+" << shift;
     }
   }
 }
@@ -106,7 +103,7 @@ TEST(LayoutTest, CopyAndChecksumEqualsChecksumOfCopy) {
 // was written, so a torn copy fails verification instead of passing it.
 TEST(LayoutTest, CopyFromAChangingSourceReturnsTheChecksumOfTheCopy) {
   if (testing::kUnderTsan) GTEST_SKIP() << "races with the copy on purpose";
-  constexpr size_t kWords = 64 * 1024;  // 512 KiB: the streaming path
+  constexpr size_t kWords = 64 * 1024;  // 512 KiB: several chunks
   std::vector<uint64_t> words(kWords, 0);
   std::atomic<bool> stop{false};
   std::thread writer([&] {
@@ -119,7 +116,7 @@ TEST(LayoutTest, CopyFromAChangingSourceReturnsTheChecksumOfTheCopy) {
   std::vector<std::byte> dst(kWords * 8);
   const auto* src = reinterpret_cast<const std::byte*>(words.data());
   for (int i = 0; i < 300; ++i) {
-    const uint64_t sum = CopyAndChecksum(dst.data(), src, dst.size(), CopySource::kMayChange);
+    const uint64_t sum = CopyAndChecksum(dst.data(), src, dst.size());
     ASSERT_EQ(sum, Checksum64(dst)) << "round " << i;
   }
   stop = true;

@@ -168,8 +168,8 @@ size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
           continue;
         }
         const GroupExtent& ge = groups[g];
-        if (CopyAndChecksum(blocks[b].dst + ge.offset, blocks[b].src + ge.offset, ge.length,
-                            blocks[b].source) != ge.checksum) {
+        if (CopyAndChecksum(blocks[b].dst + ge.offset, blocks[b].src + ge.offset, ge.length) !=
+            ge.checksum) {
           failed_group[b].store(g, std::memory_order_relaxed);
         }
       }

@@ -164,16 +164,11 @@ struct PayloadHeader {
 
 uint64_t Checksum64(std::span<const std::byte> bytes);  // xxh3-64, seed 0
 // Copies n bytes and returns Checksum64 of the bytes copied, hashing each
-// cache-sized chunk as it passes through the cache: what a reader gets is
-// exactly what was verified, at about the cost of memcpy. kStable: `src`
-// does not change during the call (the store copies from pinned entries).
-// kMayChange (a mapped remote arena, whose lease can run out mid-copy):
-// each chunk is read once into an L1 buffer and hashed and written from
-// there, so a change yields a checksum mismatch, never a copy that differs
-// from what was hashed (about 7% slower).
-enum class CopySource { kStable, kMayChange };
-uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n,
-                         CopySource source = CopySource::kStable);
+// cache-sized chunk from the destination while it is still in cache: what a
+// reader gets is exactly what was verified, in one pass over the source. Safe for a source that may
+// change during the call (a mapped remote arena whose lease runs out mid-copy): a change yields a
+// checksum mismatch, never a copy that differs from what was hashed.
+uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n);
 
 // Writes the header into the first layout.HeaderBytes() of `payload`, whose
 // body the caller has already filled. Returns the entry checksum.

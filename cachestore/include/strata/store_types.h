@@ -185,7 +185,6 @@ struct VerifiedCopy {
   const std::byte* src = nullptr;
   std::byte* dst = nullptr;
   const PayloadHeader* header = nullptr;
-  CopySource source = CopySource::kStable;  // kMayChange: a mapped remote arena
 };
 struct CopyFailure {
   size_t block = 0;

@@ -660,8 +660,7 @@ class RemoteStore final : public NodeClient {
       }
       uint32_t hb = 0;
       std::memcpy(&hb, src + 20, sizeof(hb));  // header bytes H, see layout.h
-      if (hb > bm.payload_bytes ||
-          CopyAndChecksum(dst, src, hb, CopySource::kMayChange) != bm.checksum) {
+      if (hb > bm.payload_bytes || CopyAndChecksum(dst, src, hb) != bm.checksum) {
         cut(b, ChecksumMismatch("header fails the entry checksum"));
         break;
       }
@@ -689,8 +688,7 @@ class RemoteStore final : public NodeClient {
     }
     std::vector<VerifiedCopy> copies(usable);
     for (size_t b = 0; b < usable; ++b) {
-      copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b],
-                   CopySource::kMayChange};
+      copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b]};
     }
     std::optional<CopyFailure> failure;
     const size_t arrived =
