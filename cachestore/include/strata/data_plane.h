@@ -39,7 +39,10 @@
 // 1.13's shared-memory transports refuse that mode, so endpoints on the same
 // host (equal HostId()) use no error handling and a dead node shows up as
 // DEADLINE_EXCEEDED (RMA reads from a dead local node may still succeed: the
-// mapping outlives the process, and the bytes are what it last held).
+// mapping outlives the process, and the bytes are what it last held). The
+// node, for its part, learns that a client on its host died from the
+// client's process (named in the handshake, watched with a pidfd), not from
+// UCX: see ServerOptions::stalled_transfer_timeout.
 //
 // A failed call returns only once UCX has handed back its requests, or the
 // client dropped its whole UCX worker with them (a fresh one serves the next
@@ -98,12 +101,17 @@ struct ServerOptions {
   std::string listen_host;
   // A reply or write UCX has not finished this long after it started is
   // given up: counted apart from those in flight (Stats::abandoned), so a
-  // draining node no longer waits for it. Its peer is gone or stalled: a
-  // client killed mid-read over shared memory (`am`) leaves no connection
-  // whose end would tell, and UCX 1.13 refuses peer error handling there,
-  // so the transfer can be neither failed nor cancelled. What it pins stays
-  // pinned until UCX lets go of it, or the node stops: a peer that was only
-  // stalled may still read those bytes, and they must not be reused.
+  // draining node no longer waits for it. Its peer is stalled, or gone
+  // without UCX noticing: over shared memory UCX 1.13 refuses peer error
+  // handling, so such a transfer can be neither failed nor cancelled. What
+  // it pins stays pinned until UCX lets go of it, or the node stops: a peer
+  // that was only stalled may still read those bytes, and they must not be
+  // reused. One exception: a client on this host names its process when it
+  // connects, and once that process has exited (the node watches it with a
+  // pidfd, and looks twice a second) its replies are let go at once
+  // (Stats::released_peer_exited), holds included, over endpoints whose
+  // peer could read the node's memory with cma anyway (the `am` path over
+  // shared memory).
   Nanos stalled_transfer_timeout = Seconds(30);
 };
 
@@ -201,6 +209,9 @@ class DataPlaneServer {
     // Transfers given up (ServerOptions::stalled_transfer_timeout) that UCX
     // has not finished: each still pins its entry.
     uint64_t abandoned = 0;
+    // Transfers let go because the client process they went to exited
+    // (same host, cma; see ServerOptions::stalled_transfer_timeout).
+    uint64_t released_peer_exited = 0;
     std::vector<std::string> transports;    // "tcp/eth0", "posix/memory", ...
     std::vector<std::string> rdma_devices;  // DiscoverRdmaDevices()
   };

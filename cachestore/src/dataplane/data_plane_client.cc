@@ -1,5 +1,7 @@
 // The client's side of the data plane: one UCX context, worker and endpoint
 // to one node, progressed on the calling thread.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -393,6 +395,10 @@ struct DataPlaneClient::Impl {
         CloseEndpoint(/*cancel=*/true, SteadyNow() + internal::ClientTeardownGrace());
         return fail_all(st);
       }
+      // A new endpoint introduces itself, as Connect's did (the node may
+      // have restarted, and it watches this process through the hello).
+      st = Ping(deadline);
+      if (!st.ok()) return fail_all(st);
     }
     for (Op& op : call->ops) {
       if (!ep_failure.ok()) break;
@@ -503,10 +509,14 @@ struct DataPlaneClient::Impl {
     return Status::Ok();
   }
 
+  // The handshake: the node answers with its verdict (wire version,
+  // draining) and, on this host, watches this process through the hello.
   Status Ping(Nanos deadline) {
     auto call = NewCall(1);
+    const internal::PeerHello hello{internal::kPeerHelloMagic, static_cast<uint32_t>(getpid())};
     return Run(
-        std::move(call), [&](Op* op) { SendRequest(op, kAmPing, nullptr, 0); }, nullptr, deadline);
+        std::move(call), [&](Op* op) { SendRequest(op, kAmPing, &hello, sizeof(hello)); }, nullptr,
+        deadline);
   }
 
   static Status CheckRangeCount(const ReadOp& r) {

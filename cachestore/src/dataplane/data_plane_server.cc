@@ -5,12 +5,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
 
 #include "dataplane/listen_devices.h"
+#include "dataplane/peer_processes.h"
 #include "dataplane/ucx_common.h"
 #include "strata/data_plane.h"
 
@@ -38,7 +40,7 @@ constexpr Nanos kSpinNanos = 100'000;
 // thread arms): without a bound the send, and the entry it pins, would wait
 // for the next unrelated event.
 constexpr int kMaxSleepMs = 5;
-// How often the progress thread looks for stalled transfers.
+// How often the progress thread looks for stalled transfers and exited peers.
 constexpr Nanos kStalledCheckInterval = 500 * kNanosPerMilli;
 }  // namespace
 
@@ -60,6 +62,11 @@ struct DataPlaneServer::Impl {
     std::vector<TransferHold> holds;
     Nanos started = internal::SteadyNow();
     bool abandoned = false;  // given up (AbandonStalled): counted in `abandoned`, not `in_flight`
+    // kSend: the process on this host it goes to (0: not known), and
+    // whether it was let go when that process exited (ReleaseExitedPeers):
+    // no hold, in no count, kept only for UCX's callback.
+    pid_t peer_pid = 0;
+    bool peer_gone = false;
   };
 
   std::span<std::byte> region;
@@ -85,6 +92,8 @@ struct DataPlaneServer::Impl {
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> in_flight{0};
   std::atomic<uint64_t> abandoned{0};
+  std::atomic<uint64_t> released_peer_gone{0};
+  internal::PeerProcesses peers;  // progress thread only
   // Read and write handlers running now. A handler that checked `draining`
   // before Drain set it starts its transfer (in_flight) before it ends, so
   // Drain waits for both: otherwise it could see no transfer in flight just
@@ -126,7 +135,9 @@ struct DataPlaneServer::Impl {
     {
       std::lock_guard lock(pending_mu);
       for (Pending* p : pending) {
-        if (p->abandoned || now - p->started <= options.stalled_transfer_timeout) continue;
+        if (p->abandoned || p->peer_gone || now - p->started <= options.stalled_transfer_timeout) {
+          continue;
+        }
         p->abandoned = true;
         ++given_up;
       }
@@ -140,10 +151,54 @@ struct DataPlaneServer::Impl {
         given_up, options.stalled_transfer_timeout / kNanosPerSecond);
   }
 
-  // A transfer ended, its Pending (and holds) gone: out of whichever count
-  // held it.
-  void CountEnded(bool was_abandoned) {
-    (was_abandoned ? abandoned : in_flight).fetch_sub(1, std::memory_order_acq_rel);
+  // Lets go of the replies to processes that have exited. UCX 1.13 can
+  // neither fail nor cancel a same-host endpoint, so a client killed during
+  // a rendezvous reply over shared memory leaves the send in UCX for good:
+  // its holds go now (the entries they pinned are free again) and it leaves
+  // the counts, while its Pending stays for UCX's callback (or the worker's
+  // end). Only replies over endpoints with a cma lane are watched (OnPing):
+  // a peer that can read this process's memory with process_vm_readv gains
+  // nothing from bytes let go early, and a live reader's copy fails its
+  // checksum if they change. Progress thread only.
+  void ReleaseExitedPeers() {
+    const std::vector<pid_t> exited = peers.TakeExited();
+    if (exited.empty()) return;
+    std::vector<TransferHold> holds;  // released after the lock
+    uint64_t from_in_flight = 0, from_abandoned = 0;
+    {
+      std::lock_guard lock(pending_mu);
+      for (Pending* p : pending) {
+        if (p->peer_gone || p->peer_pid == 0 ||
+            std::find(exited.begin(), exited.end(), p->peer_pid) == exited.end()) {
+          continue;
+        }
+        p->peer_gone = true;
+        ++(p->abandoned ? from_abandoned : from_in_flight);
+        for (TransferHold& h : p->holds) holds.push_back(std::move(h));
+        p->holds.clear();
+      }
+    }
+    holds.clear();
+    if (from_in_flight + from_abandoned == 0) return;
+    released_peer_gone.fetch_add(from_in_flight + from_abandoned, std::memory_order_acq_rel);
+    abandoned.fetch_sub(from_abandoned, std::memory_order_acq_rel);
+    in_flight.fetch_sub(from_in_flight, std::memory_order_acq_rel);
+    spdlog::warn(
+        "event=data_plane_peer_exited processes={} transfers_released={} reason=\"a client on "
+        "this host exited during its reads; what they pinned is free again\"",
+        exited.size(), from_in_flight + from_abandoned);
+  }
+
+  // A transfer ended: its Pending (and holds) go, then it leaves whichever
+  // count held it (none, once let go by ReleaseExitedPeers). The holds go
+  // first: in_flight 0 (what Drain waits for) means every entry a reply
+  // read is free again, but those of abandoned transfers.
+  void End(Pending* p) {
+    Untrack(p);
+    const bool counted = !p->peer_gone;
+    const bool was_abandoned = p->abandoned;
+    delete p;
+    if (counted) (was_abandoned ? abandoned : in_flight).fetch_sub(1, std::memory_order_acq_rel);
   }
 
   void Run() {
@@ -151,6 +206,7 @@ struct DataPlaneServer::Impl {
     Nanos next_check = last_active + kStalledCheckInterval;
     while (!stop.load(std::memory_order_acquire)) {
       if (const Nanos now = internal::SteadyNow(); now >= next_check) {
+        ReleaseExitedPeers();
         AbandonStalled(now);
         next_check = now + kStalledCheckInterval;
       }
@@ -256,15 +312,9 @@ struct DataPlaneServer::Impl {
     p->impl->FinishSend(p, status);
   }
 
-  // The holds go before the count: in_flight 0 (what Drain waits for)
-  // means every entry a reply read is free again, but those of abandoned
-  // transfers.
   void FinishSend(Pending* p, ucs_status_t status) {
     if (status == UCS_OK) bytes_sent.fetch_add(p->payload_bytes, std::memory_order_relaxed);
-    Untrack(p);
-    const bool was_abandoned = p->abandoned;
-    delete p;
-    CountEnded(was_abandoned);
+    End(p);
   }
 
   // Sends `id` with {op_id, status} to `ep`: data is the arena range on OK,
@@ -319,6 +369,7 @@ struct DataPlaneServer::Impl {
       param.datatype = ucp_dt_make_iov();
       count = p->iov.size();
     }
+    p->peer_pid = peers.PidOf(ep);
     in_flight.fetch_add(1, std::memory_order_acq_rel);
     ucs_status_ptr_t r =
         ucp_am_send_nbx(ep, id, &p->reply, sizeof(p->reply), payload, count, &param);
@@ -363,11 +414,12 @@ struct DataPlaneServer::Impl {
     return false;
   }
 
-  static ucs_status_t OnPing(void* arg, const void* header, size_t header_length, void* /*data*/,
-                             size_t /*length*/, const ucp_am_recv_param_t* param) {
+  static ucs_status_t OnPing(void* arg, const void* header, size_t header_length, void* data,
+                             size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
     RequestHeader h;
     if (!ParseHeader(header, header_length, param, &h)) return UCS_OK;
+    self->WatchPeer(param, data, length);
     Status st;
     if (h.version != kWireVersion) {
       st = InvalidArgument("data plane wire version mismatch");
@@ -376,6 +428,30 @@ struct DataPlaneServer::Impl {
     }
     self->Reply(param->reply_ep, kAmPong, h.op_id, st, nullptr, 0);
     return UCS_OK;
+  }
+
+  // Watches the process a hello names (ReleaseExitedPeers), when its
+  // endpoint has a cma lane: a peer that can read this process's memory
+  // anyway, so that the claim, which nothing here can check, is worth
+  // nothing to a liar.
+  void WatchPeer(const ucp_am_recv_param_t* param, const void* data, size_t length) {
+    internal::PeerHello hello;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || data == nullptr ||
+        length != sizeof(hello)) {
+      return;  // a client before hellos, or not one
+    }
+    std::memcpy(&hello, data, sizeof(hello));
+    const auto pid = static_cast<pid_t>(hello.pid);
+    if (hello.magic != internal::kPeerHelloMagic || hello.pid > INT32_MAX ||
+        peers.PidOf(param->reply_ep) == pid) {
+      return;
+    }
+    const std::vector<internal::EpLane> lanes = internal::EpLanes(param->reply_ep);
+    if (std::any_of(lanes.begin(), lanes.end(), [](const internal::EpLane& lane) {
+          return internal::IsCmaTransport(lane.transport);
+        })) {
+      (void)peers.Watch(param->reply_ep, pid);
+    }
   }
 
   static ucs_status_t OnReadRequest(void* arg, const void* header, size_t header_length,
@@ -514,10 +590,7 @@ struct DataPlaneServer::Impl {
     // draining node never sees nothing in flight in between. The hold
     // lasts through on_write_done, as for an eager write.
     if (!destroying) WriteLanded(p->request, p->reply_ep, status);  // going away: no acks
-    Untrack(p);
-    const bool was_abandoned = p->abandoned;
-    delete p;
-    CountEnded(was_abandoned);
+    End(p);
   }
 
   void WriteLanded(const RequestHeader& h, ucp_ep_h ep, ucs_status_t status) {
@@ -630,11 +703,13 @@ DataPlaneServer::Stats DataPlaneServer::stats() const {
   s.rejected = impl_->rejected.load(std::memory_order_relaxed);
   s.in_flight = impl_->in_flight.load(std::memory_order_relaxed);
   s.abandoned = impl_->abandoned.load(std::memory_order_relaxed);
+  s.released_peer_exited = impl_->released_peer_gone.load(std::memory_order_relaxed);
   {
     std::lock_guard lock(impl_->pending_mu);
     Nanos oldest = 0;
     for (const Impl::Pending* p : impl_->pending) {
-      if (!p->abandoned && (oldest == 0 || p->started < oldest)) oldest = p->started;
+      if (p->abandoned || p->peer_gone) continue;
+      if (oldest == 0 || p->started < oldest) oldest = p->started;
     }
     if (oldest != 0) {
       s.oldest_in_flight_seconds = static_cast<double>(internal::SteadyNow() - oldest) / 1e9;

@@ -222,6 +222,8 @@ bool IsSharedMemoryTransport(const std::string& transport) {
 
 bool IsTcpTransport(const std::string& transport) { return TransportName(transport) == "tcp"; }
 
+bool IsCmaTransport(const std::string& transport) { return TransportName(transport) == "cma"; }
+
 bool IsRdmaTransport(const std::string& transport) {
   const std::string name = TransportName(transport);
   return name.rfind("rc", 0) == 0 || name.rfind("dc", 0) == 0;

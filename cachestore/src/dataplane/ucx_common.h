@@ -20,7 +20,7 @@ namespace strata::dataplane::internal {
 
 // Active-message ids. Requests travel client -> node, replies node -> client.
 enum AmId : uint16_t {
-  kAmPing = 11,          // RequestHeader (op_id only); answered by kAmPong
+  kAmPing = 11,          // RequestHeader (op_id only), data = PeerHello; answered by kAmPong
   kAmPong = 12,          // ReplyHeader
   kAmReadRequest = 13,   // RequestHeader, no data
   kAmReadReply = 14,     // ReplyHeader; data = payload (OK) or error message
@@ -56,6 +56,15 @@ struct RequestHeader {
 struct ReadRange {
   uint64_t offset = 0;
   uint64_t length = 0;
+};
+
+// A kAmPing's data: the client's process, so that a node on the same host
+// can tell when it has exited (PeerProcesses). A node ignores ping data it
+// does not recognize; clients before it sent none.
+inline constexpr uint32_t kPeerHelloMagic = 0x44495053;  // "SPID"
+struct PeerHello {
+  uint32_t magic = kPeerHelloMagic;
+  uint32_t pid = 0;
 };
 
 struct ReplyHeader {
@@ -139,6 +148,9 @@ std::vector<EpLane> EpLanes(ucp_ep_h ep);
 bool IsRdmaTransport(const std::string& transport);
 bool IsSharedMemoryTransport(const std::string& transport);
 bool IsTcpTransport(const std::string& transport);
+// cma: the peer reads (and writes) the other process's memory with
+// process_vm_readv / process_vm_writev.
+bool IsCmaTransport(const std::string& transport);
 
 // Blocks (progressing `worker`) until `request` from a ucp_*_nbx call
 // completes or `deadline` passes; frees the request. Requests that did not

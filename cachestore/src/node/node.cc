@@ -66,9 +66,13 @@ std::string DataPlaneMetricsText(const dataplane::DataPlaneServer::Stats& d) {
         "Age of the oldest transfer in flight (a stalled peer shows here), 0 if none.",
         d.oldest_in_flight_seconds);
   t.Add("strata_dataplane_transfers_abandoned", "gauge",
-        "Transfers given up after stalled_transfer_timeout that UCX has not finished (a peer "
-        "killed mid-read over shared memory); each still pins its entry.",
+        "Transfers given up after stalled_transfer_timeout that UCX has not finished (a "
+        "stalled peer); each still pins its entry.",
         d.abandoned);
+  t.Add("strata_dataplane_transfers_released_peer_exited_total", "counter",
+        "Transfers let go (entries unpinned) because the client process on this host they went "
+        "to exited mid-read.",
+        d.released_peer_exited);
   return t.out.str();
 }
 
