@@ -32,6 +32,8 @@ struct ClientOptions {
   // strata://: PEM root certificates; set, the control plane uses TLS.
   std::string tls_root_certs_file;
   // strata://: deadline of every call (control plane and data plane).
+  // OpenStore waits this long for the node to answer (one still starting,
+  // or busy); a node that is down fails it with UNAVAILABLE.
   Nanos timeout = Seconds(10);
   // strata://: data-plane mode, "auto", "rma" or "am" (active messages).
   std::string data_plane_mode = "auto";

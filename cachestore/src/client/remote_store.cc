@@ -93,9 +93,10 @@ class RemoteStore final : public NodeClient {
     for (LeaseId lease : pending) (void)Abort(lease);
   }
 
-  Status Connect() {
+  // `wait_for_node`: see ConnectNode.
+  Status Connect(bool wait_for_node) {
     DataPlaneTurn turn(*this, std::numeric_limits<Nanos>::max());
-    return ConnectLocked();
+    return ConnectLocked(wait_for_node);
   }
 
   const std::string& caller_namespace() const override { return ns_; }
@@ -412,12 +413,15 @@ class RemoteStore final : public NodeClient {
 
   // One control-plane call with a deadline and credentials; idempotent calls
   // are retried once when the channel was unavailable (a node restart).
+  // `wait_for_ready`: the call waits through failed connection attempts
+  // until its deadline instead of failing with the first.
   template <typename Fn>
-  Status Call(Fn&& fn, bool idempotent) {
+  Status Call(Fn&& fn, bool idempotent, bool wait_for_ready = false) {
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::nanoseconds(options_.timeout));
+      ctx.set_wait_for_ready(wait_for_ready);
       ctx.AddMetadata("authorization", bearer_);
       Status st = FromGrpc(fn(&ctx));
       if (st.ok() || !idempotent || attempt >= 1 || st.code() != StatusCode::kUnavailable) {
@@ -427,11 +431,19 @@ class RemoteStore final : public NodeClient {
   }
 
   // Says Hello and connects the data plane; called in the data plane's turn.
-  Status ConnectLocked() {
+  // `wait_for_node`: the Hello waits for the node up to the timeout (see
+  // ConnectNode); a reconnect fails fast, and its caller falls back.
+  Status ConnectLocked(bool wait_for_node = false) {
     v1::HelloRequest req;
     v1::HelloResponse resp;
-    STRATA_RETURN_IF_ERROR(Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
-                                /*idempotent=*/true));
+    Status hello = Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
+                        /*idempotent=*/true, wait_for_node);
+    if (hello.code() == StatusCode::kDeadlineExceeded && wait_for_node) {
+      // Waited out the timeout without an answer: the node is down, as a
+      // refused connection says without waiting.
+      hello = Unavailable("the node did not answer within the timeout: " + hello.message());
+    }
+    STRATA_RETURN_IF_ERROR(hello);
     dataplane::ServerInfo info;
     info.worker_address = resp.ucx_worker_address();
     info.packed_rkey = resp.ucx_rkey();
@@ -997,13 +1009,13 @@ Result<MatchKeysRequest> DeriveMatchKeys(const std::string& ns, const MatchReque
 
 Result<std::unique_ptr<Store>> OpenRemoteStore(const std::string& target,
                                                const ClientOptions& options) {
-  Result<std::unique_ptr<NodeClient>> node = ConnectNode(target, options);
+  Result<std::unique_ptr<NodeClient>> node = ConnectNode(target, options, /*wait_for_node=*/true);
   if (!node.ok()) return node.status();
   return std::unique_ptr<Store>(std::move(node).value());
 }
 
 Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
-                                                const ClientOptions& options) {
+                                                const ClientOptions& options, bool wait_for_node) {
   ClientOptions opts = options;
   if (opts.token.empty()) {
     if (const char* env = std::getenv("STRATA_TOKEN"); env != nullptr) opts.token = env;
@@ -1041,7 +1053,7 @@ Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 200);
   auto store =
       std::make_unique<RemoteStore>(grpc::CreateCustomChannel(target, creds, args), opts, *mode);
-  STRATA_RETURN_IF_ERROR(store->Connect());
+  STRATA_RETURN_IF_ERROR(store->Connect(wait_for_node));
   return std::unique_ptr<NodeClient>(std::move(store));
 }
 

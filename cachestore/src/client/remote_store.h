@@ -40,7 +40,14 @@ class NodeClient : public Store {
 Result<MatchKeysRequest> DeriveMatchKeys(const std::string& ns, const MatchRequest& req,
                                          std::vector<ChainKey>* keys);
 
+// Connects to the node at `target` (Hello, then the data plane).
+// `wait_for_node`: the Hello waits through failed connection attempts until
+// options.timeout (what OpenStore does: a node still starting, or too busy
+// to shake hands within one 2 s attempt, is not down); otherwise the first
+// failed attempt fails the connect (the cluster client, which skips a node
+// that does not answer and probes it again later).
 Result<std::unique_ptr<NodeClient>> ConnectNode(const std::string& target,
-                                                const ClientOptions& options);
+                                                const ClientOptions& options,
+                                                bool wait_for_node = false);
 
 }  // namespace strata
