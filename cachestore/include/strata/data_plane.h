@@ -212,6 +212,9 @@ class DataPlaneServer {
     // Transfers let go because the client process they went to exited
     // (same host, cma; see ServerOptions::stalled_transfer_timeout).
     uint64_t released_peer_exited = 0;
+    // Client processes on this host watched for that (those that connected
+    // over an endpoint with a cma lane and have not exited).
+    uint64_t watched_processes = 0;
     std::vector<std::string> transports;    // "tcp/eth0", "posix/memory", ...
     std::vector<std::string> rdma_devices;  // DiscoverRdmaDevices()
   };

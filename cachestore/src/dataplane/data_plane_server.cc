@@ -93,7 +93,8 @@ struct DataPlaneServer::Impl {
   std::atomic<uint64_t> in_flight{0};
   std::atomic<uint64_t> abandoned{0};
   std::atomic<uint64_t> released_peer_gone{0};
-  internal::PeerProcesses peers;  // progress thread only
+  internal::PeerProcesses peers;               // progress thread only
+  std::atomic<uint64_t> watched_processes{0};  // peers.processes(), for stats()
   // Read and write handlers running now. A handler that checked `draining`
   // before Drain set it starts its transfer (in_flight) before it ends, so
   // Drain waits for both: otherwise it could see no transfer in flight just
@@ -163,6 +164,7 @@ struct DataPlaneServer::Impl {
   void ReleaseExitedPeers() {
     const std::vector<pid_t> exited = peers.TakeExited();
     if (exited.empty()) return;
+    watched_processes.store(peers.processes(), std::memory_order_relaxed);
     std::vector<TransferHold> holds;  // released after the lock
     uint64_t from_in_flight = 0, from_abandoned = 0;
     {
@@ -451,6 +453,7 @@ struct DataPlaneServer::Impl {
           return internal::IsCmaTransport(lane.transport);
         })) {
       (void)peers.Watch(param->reply_ep, pid);
+      watched_processes.store(peers.processes(), std::memory_order_relaxed);
     }
   }
 
@@ -704,6 +707,7 @@ DataPlaneServer::Stats DataPlaneServer::stats() const {
   s.in_flight = impl_->in_flight.load(std::memory_order_relaxed);
   s.abandoned = impl_->abandoned.load(std::memory_order_relaxed);
   s.released_peer_exited = impl_->released_peer_gone.load(std::memory_order_relaxed);
+  s.watched_processes = impl_->watched_processes.load(std::memory_order_relaxed);
   {
     std::lock_guard lock(impl_->pending_mu);
     Nanos oldest = 0;
