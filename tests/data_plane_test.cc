@@ -108,7 +108,7 @@ struct LocalNode {
   std::atomic<int> stall_next_release_ms{0};  // how long the next one to go back takes, once
   std::unique_ptr<DataPlaneServer> server;
 
-  explicit LocalNode(ServerOptions options = {}, bool own_region = false) {
+  explicit LocalNode(const ServerOptions& options = {}, bool own_region = false) {
     // Authorization takes `mu`, as do the test's own looks at the arena: the
     // happens-before edges then exist for TSan too (UCX's shared-memory
     // signalling is invisible to it).
