@@ -36,7 +36,7 @@ std::vector<pid_t> WaitForExits(PeerProcesses& peers) {
 
 int a, b, c;  // stand-ins for endpoints
 
-TEST(PeerProcessesTest, AKilledProcessIsReportedOnceWithItsEndpointsForgotten) {
+TEST(PeerProcessesTest, AKilledProcessIsReportedOnceAndItsEndpointsCountAsExited) {
   PeerProcesses peers;
   const pid_t victim = SpawnSleeper();
   const pid_t bystander = SpawnSleeper();
@@ -48,13 +48,18 @@ TEST(PeerProcessesTest, AKilledProcessIsReportedOnceWithItsEndpointsForgotten) {
   EXPECT_EQ(peers.PidOf(&a), victim);
   EXPECT_EQ(peers.processes(), 2u);
   EXPECT_TRUE(peers.TakeExited().empty()) << "both are alive";
+  EXPECT_FALSE(peers.HasExited(&a));
 
   kill(victim, SIGKILL);
   waitpid(victim, nullptr, 0);
   EXPECT_EQ(WaitForExits(peers), std::vector<pid_t>{victim});
   EXPECT_EQ(peers.PidOf(&a), 0);
   EXPECT_EQ(peers.PidOf(&b), 0);
+  // Requests still queued from a and b get no reply now.
+  EXPECT_TRUE(peers.HasExited(&a));
+  EXPECT_TRUE(peers.HasExited(&b));
   EXPECT_EQ(peers.PidOf(&c), bystander);
+  EXPECT_FALSE(peers.HasExited(&c));
   EXPECT_TRUE(peers.TakeExited().empty()) << "reported once";
 
   // An exited process is seen without being reaped first, too.
@@ -63,6 +68,10 @@ TEST(PeerProcessesTest, AKilledProcessIsReportedOnceWithItsEndpointsForgotten) {
   waitpid(bystander, nullptr, 0);
   EXPECT_EQ(peers.processes(), 0u);
   EXPECT_EQ(peers.endpoints(), 0u);
+
+  // An endpoint UCX hands out again starts over with its next hello.
+  peers.Forget(&a);
+  EXPECT_FALSE(peers.HasExited(&a));
 }
 
 TEST(PeerProcessesTest, ClaimsThatCannotBeWatchedAreRefused) {
@@ -77,36 +86,45 @@ TEST(PeerProcessesTest, ClaimsThatCannotBeWatchedAreRefused) {
   EXPECT_EQ(peers.processes(), 0u);
 }
 
-TEST(PeerProcessesTest, AnEndpointNamesTheProcessOfItsLatestHello) {
+// An endpoint names the process of its latest hello; a refused or absent
+// one forgets the earlier, and a pidfd nobody names is closed at once, so
+// an endpoint holds at most one.
+TEST(PeerProcessesTest, AnEndpointNamesOnlyTheProcessOfItsLatestHello) {
   PeerProcesses peers;
   const pid_t first = SpawnSleeper();
   const pid_t second = SpawnSleeper();
   ASSERT_TRUE(peers.Watch(&a, first));
   ASSERT_TRUE(peers.Watch(&a, second));
   EXPECT_EQ(peers.PidOf(&a), second);
+  EXPECT_EQ(peers.processes(), 1u) << "first's pidfd is closed";
   kill(first, SIGKILL);
   waitpid(first, nullptr, 0);
-  EXPECT_EQ(WaitForExits(peers), std::vector<pid_t>{first});
-  EXPECT_EQ(peers.PidOf(&a), second) << "the endpoint moved on";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(peers.TakeExited().empty()) << "first is no longer watched";
+  EXPECT_EQ(peers.PidOf(&a), second);
+  EXPECT_FALSE(peers.Watch(&a, 1));
+  EXPECT_EQ(peers.PidOf(&a), 0) << "a refused hello forgets the earlier one";
+  EXPECT_EQ(peers.processes(), 0u);
   kill(second, SIGKILL);
   waitpid(second, nullptr, 0);
 }
 
-// A flood of hellos holds at most kMaxEndpoints endpoints (one process
-// here; the process bound works the same way, one pidfd each).
+// Hellos from many endpoints of one process keep at most
+// kMaxEndpointsPerProcess (the newest), and the process one pidfd.
 TEST(PeerProcessesTest, AFloodOfHellosIsBounded) {
   PeerProcesses peers;
   const pid_t child = SpawnSleeper();
-  std::vector<char> endpoints(PeerProcesses::kMaxEndpoints + 100);
-  size_t watched = 0;
-  for (char& e : endpoints) watched += peers.Watch(&e, child) ? 1 : 0;
-  EXPECT_EQ(watched, PeerProcesses::kMaxEndpoints);
-  EXPECT_EQ(peers.endpoints(), PeerProcesses::kMaxEndpoints);
+  std::vector<char> endpoints(PeerProcesses::kMaxEndpointsPerProcess * 10);
+  for (char& e : endpoints) EXPECT_TRUE(peers.Watch(&e, child));
+  EXPECT_EQ(peers.endpoints(), PeerProcesses::kMaxEndpointsPerProcess);
   EXPECT_EQ(peers.processes(), 1u);
+  EXPECT_EQ(peers.PidOf(&endpoints.back()), child);
+  EXPECT_EQ(peers.PidOf(&endpoints.front()), 0) << "the oldest were forgotten";
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_EQ(WaitForExits(peers), std::vector<pid_t>{child});
   EXPECT_EQ(peers.endpoints(), 0u);
+  EXPECT_TRUE(peers.HasExited(&endpoints.back()));
 }
 
 }  // namespace

@@ -119,6 +119,9 @@ uint64_t CopyAndChecksum(std::byte* dst, const std::byte* src, size_t n) {
   for (size_t off = 0; off < n; off += kChunk) {
     const size_t len = std::min(kChunk, n - off);
     std::memcpy(dst + off, src + off, len);
+    // The hash must read `dst`: a compiler that could see into it (an
+    // inlined xxhash) might otherwise reuse what it loaded from `src`.
+    asm volatile("" ::: "memory");
     XXH3_64bits_update(&state, dst + off, len);
   }
   return XXH3_64bits_digest(&state);

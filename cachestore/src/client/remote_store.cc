@@ -439,9 +439,14 @@ class RemoteStore final : public NodeClient {
     Status hello = Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
                         /*idempotent=*/true, wait_for_node);
     if (hello.code() == StatusCode::kDeadlineExceeded && wait_for_node) {
-      // Waited out the timeout without an answer: the node is down, as a
-      // refused connection says without waiting.
-      hello = Unavailable("the node did not answer within the timeout: " + hello.message());
+      // Waited out the timeout without an answer. One more Hello that does
+      // not wait says why (a refused connection, a name that does not
+      // resolve, a TLS failure), or finds the node just up.
+      hello = Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
+                   /*idempotent=*/false);
+      if (hello.code() == StatusCode::kDeadlineExceeded) {
+        hello = Unavailable("the node did not answer within the timeout");
+      }
     }
     STRATA_RETURN_IF_ERROR(hello);
     dataplane::ServerInfo info;

@@ -397,8 +397,12 @@ struct DataPlaneClient::Impl {
       }
       // A new endpoint introduces itself, as Connect's did (the node may
       // have restarted, and it watches this process through the hello).
+      // One that could not goes, so that the next call tries again.
       st = Ping(deadline);
-      if (!st.ok()) return fail_all(st);
+      if (!st.ok()) {
+        CloseEndpoint(/*cancel=*/true, SteadyNow() + internal::ClientTeardownGrace());
+        return fail_all(st);
+      }
     }
     for (Op& op : call->ops) {
       if (!ep_failure.ok()) break;

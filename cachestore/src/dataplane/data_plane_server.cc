@@ -373,6 +373,12 @@ struct DataPlaneServer::Impl {
     }
     p->peer_pid = peers.PidOf(ep);
     in_flight.fetch_add(1, std::memory_order_acq_rel);
+    if (peers.HasExited(ep)) {
+      // A request that waited in UCX while its client died: nobody would
+      // take the reply, and it would pin its entry for good.
+      FinishSend(p, UCS_ERR_CONNECTION_RESET);
+      return;
+    }
     ucs_status_ptr_t r =
         ucp_am_send_nbx(ep, id, &p->reply, sizeof(p->reply), payload, count, &param);
     if (r == nullptr) {
@@ -435,26 +441,30 @@ struct DataPlaneServer::Impl {
   // Watches the process a hello names (ReleaseExitedPeers), when its
   // endpoint has a cma lane: a peer that can read this process's memory
   // anyway, so that the claim, which nothing here can check, is worth
-  // nothing to a liar.
+  // nothing to a liar. Every ping starts its endpoint over: one that names
+  // no process to watch (an old client, a malformed hello, no cma lane) is
+  // forgotten, so an endpoint UCX reuses never inherits a stale process.
   void WatchPeer(const ucp_am_recv_param_t* param, const void* data, size_t length) {
+    if (!WatchesPeer(param->reply_ep, param, data, length)) peers.Forget(param->reply_ep);
+    watched_processes.store(peers.processes(), std::memory_order_relaxed);
+  }
+
+  bool WatchesPeer(ucp_ep_h ep, const ucp_am_recv_param_t* param, const void* data, size_t length) {
     internal::PeerHello hello;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || data == nullptr ||
         length != sizeof(hello)) {
-      return;  // a client before hellos, or not one
+      return false;
     }
     std::memcpy(&hello, data, sizeof(hello));
+    if (hello.magic != internal::kPeerHelloMagic || hello.pid > INT32_MAX) return false;
     const auto pid = static_cast<pid_t>(hello.pid);
-    if (hello.magic != internal::kPeerHelloMagic || hello.pid > INT32_MAX ||
-        peers.PidOf(param->reply_ep) == pid) {
-      return;
-    }
-    const std::vector<internal::EpLane> lanes = internal::EpLanes(param->reply_ep);
-    if (std::any_of(lanes.begin(), lanes.end(), [](const internal::EpLane& lane) {
-          return internal::IsCmaTransport(lane.transport);
-        })) {
-      (void)peers.Watch(param->reply_ep, pid);
-      watched_processes.store(peers.processes(), std::memory_order_relaxed);
-    }
+    if (peers.PidOf(ep) == pid) return true;  // a repeated hello
+    const std::vector<internal::EpLane> lanes = internal::EpLanes(ep);
+    return std::any_of(lanes.begin(), lanes.end(),
+                       [](const internal::EpLane& lane) {
+                         return internal::IsCmaTransport(lane.transport);
+                       }) &&
+           peers.Watch(ep, pid);
   }
 
   static ucs_status_t OnReadRequest(void* arg, const void* header, size_t header_length,

@@ -13,22 +13,42 @@
 namespace strata::dataplane::internal {
 
 PeerProcesses::~PeerProcesses() {
-  for (const auto& [pid, fd] : pidfd_) close(fd);
+  for (const auto& [pid, process] : processes_) close(process.pidfd);
 }
 
 bool PeerProcesses::Watch(const void* endpoint, pid_t pid) {
-  if (pid <= 1 || pid == getpid()) return false;
-  if (!endpoint_pid_.contains(endpoint) && endpoint_pid_.size() >= kMaxEndpoints) return false;
-  if (!pidfd_.contains(pid)) {
-    if (pidfd_.size() >= kMaxProcesses) return false;
+  Forget(endpoint);
+  if (pid <= 1 || pid == getpid() || endpoint_pid_.size() >= kMaxEndpoints) return false;
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) {
+    if (processes_.size() >= kMaxProcesses) return false;
     const long fd = syscall(SYS_pidfd_open, pid, 0);
     if (fd < 0) return false;
-    pidfd_.emplace(pid, static_cast<int>(fd));
+    it = processes_.emplace(pid, Process{static_cast<int>(fd), {}}).first;
   }
-  // A pidfd no endpoint names any more stays until its process exits:
-  // at most kMaxProcesses of them.
+  std::deque<const void*>& endpoints = it->second.endpoints;
+  if (endpoints.size() >= kMaxEndpointsPerProcess) {
+    endpoint_pid_.erase(endpoints.front());
+    endpoints.pop_front();
+  }
+  endpoints.push_back(endpoint);
   endpoint_pid_[endpoint] = pid;
   return true;
+}
+
+void PeerProcesses::Forget(const void* endpoint) {
+  exited_.erase(endpoint);  // its stale place in exited_order_ is skipped later
+  const auto it = endpoint_pid_.find(endpoint);
+  if (it == endpoint_pid_.end()) return;
+  const auto process = processes_.find(it->second);
+  endpoint_pid_.erase(it);
+  if (process == processes_.end()) return;
+  std::deque<const void*>& endpoints = process->second.endpoints;
+  endpoints.erase(std::find(endpoints.begin(), endpoints.end(), endpoint));
+  if (endpoints.empty()) {
+    close(process->second.pidfd);
+    processes_.erase(process);
+  }
 }
 
 pid_t PeerProcesses::PidOf(const void* endpoint) const {
@@ -36,29 +56,42 @@ pid_t PeerProcesses::PidOf(const void* endpoint) const {
   return it == endpoint_pid_.end() ? 0 : it->second;
 }
 
+void PeerProcesses::MarkExited(const void* endpoint) {
+  if (!exited_.insert(endpoint).second) return;
+  exited_order_.push_back(endpoint);
+  while (exited_order_.size() > kMaxEndpoints) {
+    // Entries forgotten meanwhile are gone from exited_ already.
+    const void* oldest = exited_order_.front();
+    exited_order_.pop_front();
+    if (std::find(exited_order_.begin(), exited_order_.end(), oldest) == exited_order_.end()) {
+      exited_.erase(oldest);
+    }
+  }
+}
+
 std::vector<pid_t> PeerProcesses::TakeExited() {
   std::vector<pid_t> exited;
-  if (pidfd_.empty()) return exited;
+  if (processes_.empty()) return exited;
   std::vector<pollfd> fds;
   std::vector<pid_t> pids;
-  fds.reserve(pidfd_.size());
-  pids.reserve(pidfd_.size());
-  for (const auto& [pid, fd] : pidfd_) {
-    fds.push_back({fd, POLLIN, 0});
+  fds.reserve(processes_.size());
+  pids.reserve(processes_.size());
+  for (const auto& [pid, process] : processes_) {
+    fds.push_back({process.pidfd, POLLIN, 0});
     pids.push_back(pid);
   }
   // A pidfd turns readable when its process exits.
   if (poll(fds.data(), fds.size(), 0) <= 0) return exited;
   for (size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
-    close(fds[i].fd);
-    pidfd_.erase(pids[i]);
+    const auto process = processes_.find(pids[i]);
+    for (const void* endpoint : process->second.endpoints) {
+      endpoint_pid_.erase(endpoint);
+      MarkExited(endpoint);
+    }
+    close(process->second.pidfd);
+    processes_.erase(process);
     exited.push_back(pids[i]);
-  }
-  if (!exited.empty()) {
-    std::erase_if(endpoint_pid_, [&](const auto& entry) {
-      return std::find(exited.begin(), exited.end(), entry.second) != exited.end();
-    });
   }
   return exited;
 }
