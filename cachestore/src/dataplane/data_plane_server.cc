@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "dataplane/listen_devices.h"
@@ -66,6 +67,7 @@ struct DataPlaneServer::Impl {
     // whether it was let go when that process exited (ReleaseExitedPeers):
     // no hold, in no count, kept only for UCX's callback.
     pid_t peer_pid = 0;
+    ucp_ep_h peer_ep = nullptr;  // kSend: where it goes
     bool peer_gone = false;
   };
 
@@ -157,7 +159,7 @@ struct DataPlaneServer::Impl {
   // a rendezvous reply over shared memory leaves the send in UCX for good:
   // its holds go now (the entries they pinned are free again) and it leaves
   // the counts, while its Pending stays for UCX's callback (or the worker's
-  // end). Only replies over endpoints with a cma lane are watched (OnPing):
+  // end). Only replies over endpoints with a cma lane are let go (HasCmaLane):
   // a peer that can read this process's memory with process_vm_readv gains
   // nothing from bytes let go early, and a live reader's copy fails its
   // checksum if they change. Progress thread only.
@@ -166,12 +168,14 @@ struct DataPlaneServer::Impl {
     if (exited.empty()) return;
     watched_processes.store(peers.processes(), std::memory_order_relaxed);
     std::vector<TransferHold> holds;  // released after the lock
+    std::unordered_map<ucp_ep_h, bool> cma_lane;
     uint64_t from_in_flight = 0, from_abandoned = 0;
     {
       std::lock_guard lock(pending_mu);
       for (Pending* p : pending) {
         if (p->peer_gone || p->peer_pid == 0 ||
-            std::find(exited.begin(), exited.end(), p->peer_pid) == exited.end()) {
+            std::find(exited.begin(), exited.end(), p->peer_pid) == exited.end() ||
+            !HasCmaLane(p->peer_ep, &cma_lane)) {
           continue;
         }
         p->peer_gone = true;
@@ -372,6 +376,7 @@ struct DataPlaneServer::Impl {
       count = p->iov.size();
     }
     p->peer_pid = peers.PidOf(ep);
+    p->peer_ep = ep;
     in_flight.fetch_add(1, std::memory_order_acq_rel);
     if (peers.HasExited(ep)) {
       // A request that waited in UCX while its client died: nobody would
@@ -438,33 +443,36 @@ struct DataPlaneServer::Impl {
     return UCS_OK;
   }
 
-  // Watches the process a hello names (ReleaseExitedPeers), when its
-  // endpoint has a cma lane: a peer that can read this process's memory
-  // anyway, so that the claim, which nothing here can check, is worth
-  // nothing to a liar. Every ping starts its endpoint over: one that names
-  // no process to watch (an old client, a malformed hello, no cma lane) is
-  // forgotten, so an endpoint UCX reuses never inherits a stale process.
+  // Watches the process a hello names (ReleaseExitedPeers). Every ping
+  // starts its endpoint over: one that names no process to watch (an old
+  // client, a malformed hello) is forgotten, so an endpoint UCX reuses
+  // never inherits a stale process.
   void WatchPeer(const ucp_am_recv_param_t* param, const void* data, size_t length) {
-    if (!WatchesPeer(param->reply_ep, param, data, length)) peers.Forget(param->reply_ep);
+    internal::PeerHello hello;
+    const bool named = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && data != nullptr &&
+                       length == sizeof(hello);
+    if (named) std::memcpy(&hello, data, sizeof(hello));
+    if (!named || hello.magic != internal::kPeerHelloMagic || hello.pid > INT32_MAX ||
+        !peers.Watch(param->reply_ep, static_cast<pid_t>(hello.pid))) {
+      peers.Forget(param->reply_ep);
+    }
     watched_processes.store(peers.processes(), std::memory_order_relaxed);
   }
 
-  bool WatchesPeer(ucp_ep_h ep, const ucp_am_recv_param_t* param, const void* data, size_t length) {
-    internal::PeerHello hello;
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || data == nullptr ||
-        length != sizeof(hello)) {
-      return false;
+  // Whether `ep` has a cma lane, i.e. its peer can read this process's
+  // memory anyway: only then is the claim of a hello, which nothing here
+  // can check, worth nothing to a liar, and a reply let go when the named
+  // process exits. Asked when it matters (an endpoint's lanes may still
+  // change while it is wired up); `cache` holds the answers of one pass.
+  static bool HasCmaLane(ucp_ep_h ep, std::unordered_map<ucp_ep_h, bool>* cache) {
+    const auto [it, inserted] = cache->try_emplace(ep, false);
+    if (inserted) {
+      const std::vector<internal::EpLane> lanes = internal::EpLanes(ep);
+      it->second = std::any_of(lanes.begin(), lanes.end(), [](const internal::EpLane& lane) {
+        return internal::IsCmaTransport(lane.transport);
+      });
     }
-    std::memcpy(&hello, data, sizeof(hello));
-    if (hello.magic != internal::kPeerHelloMagic || hello.pid > INT32_MAX) return false;
-    const auto pid = static_cast<pid_t>(hello.pid);
-    if (peers.PidOf(ep) == pid) return true;  // a repeated hello
-    const std::vector<internal::EpLane> lanes = internal::EpLanes(ep);
-    return std::any_of(lanes.begin(), lanes.end(),
-                       [](const internal::EpLane& lane) {
-                         return internal::IsCmaTransport(lane.transport);
-                       }) &&
-           peers.Watch(ep, pid);
+    return it->second;
   }
 
   static ucs_status_t OnReadRequest(void* arg, const void* header, size_t header_length,

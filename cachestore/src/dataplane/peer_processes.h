@@ -5,9 +5,9 @@
 // leaves that reply in flight for ever (issue #39).
 //
 // A client names its process in its hello (internal::PeerHello); nothing
-// here checks the claim. The server only acts on it for endpoints whose
-// peer could read the node's memory with cma anyway (see
-// DataPlaneServer::Impl::WatchPeer), so a false claim gains the claimer
+// here checks the claim. The server lets replies go on it only over
+// endpoints whose peer could read the node's memory with cma anyway (see
+// DataPlaneServer::Impl::HasCmaLane), so a false claim gains the claimer
 // nothing, and one endpoint holds at most one pidfd. Progress thread only.
 #pragma once
 
