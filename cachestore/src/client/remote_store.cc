@@ -436,14 +436,13 @@ class RemoteStore final : public NodeClient {
   Status ConnectLocked(bool wait_for_node = false) {
     v1::HelloRequest req;
     v1::HelloResponse resp;
-    Status hello = Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
-                        /*idempotent=*/true, wait_for_node);
+    auto say_hello = [&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); };
+    Status hello = Call(say_hello, /*idempotent=*/true, wait_for_node);
     if (hello.code() == StatusCode::kDeadlineExceeded && wait_for_node) {
       // Waited out the timeout without an answer. One more Hello that does
       // not wait says why (a refused connection, a name that does not
       // resolve, a TLS failure), or finds the node just up.
-      hello = Call([&](grpc::ClientContext* c) { return stub_->Hello(c, req, &resp); },
-                   /*idempotent=*/false);
+      hello = Call(say_hello, /*idempotent=*/false);
       if (hello.code() == StatusCode::kDeadlineExceeded) {
         hello = Unavailable("the node did not answer within the timeout");
       }
