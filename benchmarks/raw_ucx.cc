@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "strata/data_plane.h"
+#include "dataplane/data_plane.h"
 
 namespace strata::bench {
 namespace {

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "ssd/ssd_tier.h"
 #include "strata/cache_store.h"
 #include "strata/chain_key.h"
 #include "strata/layout.h"
-#include "strata/ssd_tier.h"
 
 namespace strata::bench {
 namespace {

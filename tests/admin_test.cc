@@ -7,6 +7,7 @@
 
 #include "strata/cache_store.h"
 #include "test_util.h"
+#include "util/extent_allocator.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
 // CopyPool and the parallel verified copy: split across threads, a fetch's
 // verified copy delivers the same bytes, events, byte counts and failures
 // as one thread does, corrupt groups included.
-#include "copy_pool.h"
+#include "util/copy_pool.h"
 
 #include <gtest/gtest.h>
 

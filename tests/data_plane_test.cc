@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "dataplane/data_plane.h"
 #include "dataplane/ucx_common.h"
 #include "sanitizers.h"
-#include "strata/data_plane.h"
 
 namespace strata::dataplane {
 namespace {

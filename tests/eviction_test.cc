@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "entry.h"
+#include "eviction/entry.h"
 #include "strata/cache_store.h"
 #include "test_util.h"
 

@@ -1,13 +1,13 @@
 // The extent allocator against a simple model: random allocate/free keeps
 // exact accounting, never overlaps, and coalesces back to one free extent.
-#include "strata/extent_allocator.h"
+#include "util/extent_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 
-#include "strata/dram_arena.h"
+#include "store/dram_arena.h"
 
 namespace strata {
 namespace {

@@ -1,6 +1,6 @@
 // GhostTable: what a policy remembers of the keys it evicted, oldest
 // forgotten first, whether sized up front or grown on demand.
-#include "ghost_table.h"
+#include "eviction/ghost_table.h"
 
 #include <gtest/gtest.h>
 

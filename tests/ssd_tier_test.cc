@@ -1,6 +1,6 @@
 // The SSD tier on its own: round trips, crash safety between data and index,
 // checksum failures, TTL, watermarks, restart accounting, a full disk.
-#include "strata/ssd_tier.h"
+#include "ssd/ssd_tier.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

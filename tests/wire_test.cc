@@ -1,6 +1,6 @@
 // Store types <-> wire schema: round trips, and malformed messages rejected
 // with INVALID_ARGUMENT (including random bytes), never a crash.
-#include "strata/wire.h"
+#include "rpc/wire.h"
 
 #include <gtest/gtest.h>
 

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "cluster/placement.h"
+#include "node/node.h"
 #include "node_test_util.h"
 #include "sanitizers.h"
 #include "strata/layout.h"
-#include "strata/node.h"
 
 namespace strata::testing {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "cluster/etcd_membership.h"
 #include "etcd_test_util.h"
+#include "node/node.h"
 #include "node_test_util.h"
 #include "strata/membership.h"
-#include "strata/node.h"
 
 namespace strata::testing {
 namespace {

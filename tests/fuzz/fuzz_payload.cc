@@ -7,8 +7,8 @@
 #include <cstring>
 #include <span>
 
+#include "rpc/wire.h"
 #include "strata/layout.h"
-#include "strata/wire.h"
 
 namespace {
 // Protobuf logs every malformed string field; the fuzzer makes many.

@@ -4,9 +4,9 @@
 
 #include <fstream>
 
+#include "node/node.h"
 #include "node/token_auth.h"
 #include "node_process.h"
-#include "strata/node.h"
 
 namespace strata {
 namespace {

@@ -22,12 +22,12 @@
 #include <sstream>
 #include <thread>
 
+#include "dataplane/data_plane.h"
 #include "http2_flood.h"
+#include "node/node.h"
 #include "node_test_util.h"
 #include "raw_socket.h"
 #include "sanitizers.h"
-#include "strata/data_plane.h"
-#include "strata/node.h"
 #include "tampering_proxy.h"
 
 namespace strata::testing {

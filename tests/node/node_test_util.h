@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "node_process.h"
+#include "rpc/wire.h"
 #include "strata/client.h"
 #include "strata/v1/cache.grpc.pb.h"
-#include "strata/wire.h"
 #include "test_util.h"
 
 namespace strata::testing {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "grpc_status.h"
+#include "rpc/grpc_status.h"
 
 namespace strata::admin {
 

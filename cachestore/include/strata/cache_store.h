@@ -4,23 +4,19 @@
 #pragma once
 
 #include <array>
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "strata/arena_options.h"
 #include "strata/clock.h"
-#include "strata/dram_arena.h"
 #include "strata/layout.h"
 #include "strata/metrics.h"
-#include "strata/ssd_tier.h"
+#include "strata/ssd_options.h"
 #include "strata/status.h"
 #include "strata/store_types.h"
 

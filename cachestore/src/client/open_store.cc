@@ -1,8 +1,10 @@
 #include <string>
 
 #include "cluster/cluster_store.h"
-#include "remote_store.h"
+#include "remote/remote_store.h"
 #include "strata/client.h"
+
+#include "strata/cache_store.h"
 
 namespace strata {
 

@@ -38,8 +38,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "client/remote_store.h"
 #include "cluster/placement.h"
+#include "remote/remote_store.h"
 #include "strata/layout.h"
 #include "strata/task_pool.h"
 

@@ -10,8 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "strata/client.h"
+#include "strata/client_options.h"
 #include "strata/membership.h"
+#include "strata/store.h"
 
 namespace strata {
 

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dataplane/data_plane.h"
 #include "dataplane/ucx_common.h"
-#include "strata/data_plane.h"
 
 namespace strata::dataplane {
 

@@ -12,10 +12,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dataplane/data_plane.h"
 #include "dataplane/listen_devices.h"
 #include "dataplane/peer_processes.h"
 #include "dataplane/ucx_common.h"
-#include "strata/data_plane.h"
 
 namespace strata::dataplane {
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <utility>
 
-#include "listen_socket.h"
+#include "util/listen_socket.h"
 
 namespace strata::dataplane::internal {
 namespace {

@@ -2,7 +2,7 @@
 // path over them is UCX's business.
 #include <infiniband/verbs.h>
 
-#include "strata/data_plane.h"
+#include "dataplane/data_plane.h"
 
 namespace strata::dataplane {
 

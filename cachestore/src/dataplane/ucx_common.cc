@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "strata/data_plane.h"
+#include "dataplane/data_plane.h"
 
 namespace strata::dataplane {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/data_plane.h"
 #include "strata/clock.h"
-#include "strata/data_plane.h"
 #include "strata/status.h"
 
 namespace strata::dataplane::internal {

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "listen_socket.h"
+#include "util/listen_socket.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-#include "strata/node.h"
+#include "node/node.h"
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -16,11 +16,11 @@
 #include <thread>
 
 #include "cluster/node_registration.h"
-#include "file_util.h"
+#include "dataplane/data_plane.h"
 #include "node/grpc_front_door.h"
-#include "node_service.h"
-#include "strata/data_plane.h"
+#include "node/node_service.h"
 #include "strata/http_endpoint.h"
+#include "util/file_util.h"
 
 namespace strata {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "cluster/etcd_client.h"
 #include "cluster/etcd_membership.h"
-#include "strata/data_plane.h"
-#include "strata/node.h"
+#include "dataplane/data_plane.h"
+#include "node/node.h"
 
 namespace strata {
 namespace {

@@ -13,9 +13,9 @@
 #include <string_view>
 #include <thread>
 
+#include "node/node.h"
+#include "node/token_auth.h"
 #include "strata/json_text.h"
-#include "strata/node.h"
-#include "token_auth.h"
 
 namespace {
 

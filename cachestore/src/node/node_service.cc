@@ -1,12 +1,12 @@
-#include "node_service.h"
+#include "node/node_service.h"
 
 #include <chrono>
 #include <cstring>
 #include <random>
 
-#include "grpc_status.h"
-#include "strata/data_plane.h"
-#include "strata/wire.h"
+#include "dataplane/data_plane.h"
+#include "rpc/grpc_status.h"
+#include "rpc/wire.h"
 
 namespace strata {
 namespace {

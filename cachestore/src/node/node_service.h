@@ -17,11 +17,11 @@
 
 #include <grpcpp/support/server_interceptor.h>
 
+#include "dataplane/data_plane.h"
+#include "node/token_auth.h"
 #include "strata/cache_store.h"
-#include "strata/data_plane.h"
 #include "strata/metrics.h"
 #include "strata/v1/cache.grpc.pb.h"
-#include "token_auth.h"
 
 namespace strata {
 

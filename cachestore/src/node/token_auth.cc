@@ -1,6 +1,6 @@
-#include "token_auth.h"
+#include "node/token_auth.h"
 
-#include "file_util.h"
+#include "util/file_util.h"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "strata/ssd_tier.h"
+#include "ssd/ssd_tier.h"
 #include "strata/status.h"
 
 namespace rocksdb {

@@ -7,7 +7,7 @@
 // pinned (readers > 0); a retired record's extent is freed only once it has
 // no readers and its index entry is durably deleted, so an extent is never
 // reused while the old index entry or a read can still see it.
-#include "strata/ssd_tier.h"
+#include "ssd/ssd_tier.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -32,8 +32,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ghost_table.h"
-#include "hold_time_model.h"
+#include "eviction/ghost_table.h"
+#include "eviction/hold_time_model.h"
 #include "ssd/eviction_queues.h"
 #include "ssd/ssd_index.h"
 #include "ssd/ssd_space.h"
