@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -293,18 +292,10 @@ class RedisServer {
                                      "no",
                                      "--loglevel",
                                      "warning"};
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = dir + "/redis.log";
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = posix_spawnp(&r->pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return Unavailable("cannot start " + binary + " (apt install redis-server)");
+    std::string error;
+    if (!r->process_.Start(args, dir + "/redis.log", &error, /*search_path=*/true)) {
+      return Unavailable(error + " (apt install redis-server)");
+    }
     for (int i = 0; i < 100; ++i) {
       redisContext* c = redisConnectUnix(r->socket_.c_str());
       if (c != nullptr && c->err == 0) {
@@ -316,18 +307,12 @@ class RedisServer {
     }
     return Unavailable("redis-server did not come up");
   }
-  ~RedisServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
   int port() const { return port_; }
   const std::string& socket() const { return socket_; }
 
  private:
   RedisServer() = default;
-  pid_t pid_ = 0;
+  testing::ChildProcess process_;
   int port_ = 0;
   std::string socket_;
 };

@@ -259,32 +259,15 @@ class NodeInNs {
                                      "--set",
                                      "cluster.lease_ttl=2s"};
     if (access(args[0].c_str(), X_OK) != 0) args[0] = "/sbin/ip";
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = 0;
-    posix_spawn_file_actions_destroy(&actions);
+    std::string error;
+    // `ip netns exec` execs the node: the child is the node.
+    process_.Start(args, log_, &error);
   }
-  ~NodeInNs() {
-    if (pid_ == 0) return;
-    kill(pid_, SIGKILL);  // `ip netns exec` execs the node: this is its pid
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  bool started() const { return pid_ != 0; }
-  std::string Log() const {
-    std::ifstream in(log_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  bool started() const { return process_.running(); }
+  std::string Log() const { return process_.Log(); }
 
  private:
-  pid_t pid_ = 0;
+  ChildProcess process_;
   std::string log_;
 };
 

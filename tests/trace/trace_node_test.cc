@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "node/node_process.h"
+#include "node_process.h"
 #include "strata/trace/reference_policies.h"
 #include "strata/trace/replay.h"
 #include "strata/trace/trace_generator.h"

@@ -3,12 +3,8 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,11 +14,11 @@
 #include <map>
 #include <memory>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "node/token_auth.h"
 
 namespace strata::testing {
@@ -47,21 +43,6 @@ inline std::string TempDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
-}
-
-// A port nobody listens on right now (for restarts on the same port); 0
-// when the system would not give one.
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  close(fd);
-  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 class NodeProcess {
@@ -104,21 +85,7 @@ class NodeProcess {
       args.emplace_back("--set");
       args.push_back(s);
     }
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, n->log_path_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = posix_spawn(&n->pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      *error = "cannot spawn " + std::string(argv[0]);
-      return nullptr;
-    }
+    if (!n->process_.Start(args, n->log_path_, error)) return nullptr;
     const std::regex listening(R"(listening grpc=(\d+) http=(\d+))");
     for (int i = 0; i < 300; ++i) {  // up to 30 s: sanitizer builds start slowly
       std::smatch m;
@@ -128,9 +95,7 @@ class NodeProcess {
         n->http_port_ = std::stoi(m[2]);
         return n;
       }
-      int status = 0;
-      if (waitpid(n->pid_, &status, WNOHANG) == n->pid_) {
-        n->pid_ = 0;
+      if (n->process_.HasExited()) {
         *error = "strata-node exited at start:\n" + n->Log();
         return nullptr;
       }
@@ -140,46 +105,23 @@ class NodeProcess {
     return nullptr;
   }
 
-  ~NodeProcess() { Kill(); }
-
   // SIGTERM and wait; returns the exit status (-1 if it had to be killed).
   int Terminate(std::chrono::seconds patience = std::chrono::seconds(20)) {
-    if (pid_ == 0) return exit_status_;
-    kill(pid_, SIGTERM);
-    const auto until = std::chrono::steady_clock::now() + patience;
-    while (std::chrono::steady_clock::now() < until) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
-        exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        return exit_status_;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    Kill();
-    return -1;
+    if (!process_.running()) return exit_status_;
+    exit_status_ = process_.Terminate(patience);
+    return exit_status_;
   }
-
   void Kill() {
-    if (pid_ == 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = 0;
+    if (!process_.running()) return;
+    process_.Kill();
     exit_status_ = -1;
   }
-
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string Log() const { return process_.Log(); }
   std::string uri() const { return "strata://127.0.0.1:" + std::to_string(grpc_port_); }
   std::string target() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
 
  private:
   NodeProcess() = default;
@@ -188,7 +130,7 @@ class NodeProcess {
     return n;
   }
   std::string dir_, log_path_;
-  pid_t pid_ = 0;
+  ChildProcess process_;
   int grpc_port_ = 0, http_port_ = 0;
   int exit_status_ = 0;
 };

@@ -10,24 +10,18 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-extern char** environ;  // NOLINT(readability-redundant-declaration): also in node_process.h
+#include "child_process.h"
 
 namespace strata::testing {
 
@@ -52,8 +46,8 @@ class EtcdProcess {
     e->dir_ = dir;
     e->extra_host_ = extra_host;
     e->flags_ = std::move(flags);
-    e->client_port_ = client_port != 0 ? client_port : PickPort();
-    e->peer_port_ = PickPort();
+    e->client_port_ = client_port != 0 ? client_port : FreePort();
+    e->peer_port_ = FreePort();
     std::filesystem::create_directories(dir);
     if (!e->Launch(error)) return nullptr;
     return e;
@@ -65,13 +59,7 @@ class EtcdProcess {
 
   // kill -9: no goodbye to anyone (leases stay until their TTL runs out on
   // the restarted server).
-  void Kill() {
-    if (pid_ == 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = 0;
-  }
+  void Kill() { process_.Kill(); }
 
   // Restarts a killed server on the same ports and data directory.
   bool Restart(std::string* error) {
@@ -81,28 +69,11 @@ class EtcdProcess {
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
   int client_port() const { return client_port_; }
-  pid_t pid() const { return pid_; }
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  pid_t pid() const { return process_.pid(); }
+  std::string Log() const { return process_.Log(); }
 
  private:
   EtcdProcess() = default;
-
-  static int PickPort() {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    (void)bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    close(fd);
-    return ntohs(addr.sin_port);
-  }
 
   // etcd's GET /health says true once it has a leader and serves.
   static bool Healthy(int port) {
@@ -153,27 +124,10 @@ class EtcdProcess {
                                      "--log-level",
                                      "warn"};
     args.insert(args.end(), flags_.begin(), flags_.end());
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      pid_ = 0;
-      *error = std::string("cannot spawn ") + kBinary;
-      return false;
-    }
+    if (!process_.Start(args, log_path_, error)) return false;
     for (int i = 0; i < 200; ++i) {  // up to 20 s
       if (Healthy(client_port_)) return true;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
+      if (process_.HasExited()) {
         *error = "etcd exited at start:\n" + Log();
         return false;
       }
@@ -188,7 +142,7 @@ class EtcdProcess {
   std::vector<std::string> flags_;
   int client_port_ = 0, peer_port_ = 0;
   int launches_ = 0;
-  pid_t pid_ = 0;
+  ChildProcess process_;
 };
 
 }  // namespace strata::testing
