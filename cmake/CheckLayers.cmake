@@ -90,7 +90,8 @@ function(check file allowed internal_ok)
 endfunction()
 
 function(check_dir dir allowed internal_ok)
-  file(GLOB_RECURSE files "${SOURCE_DIR}/${dir}/*.h" "${SOURCE_DIR}/${dir}/*.cc" "${SOURCE_DIR}/${dir}/*.cu")
+  file(GLOB_RECURSE files "${SOURCE_DIR}/${dir}/*.h" "${SOURCE_DIR}/${dir}/*.cc" "${SOURCE_DIR}/${dir}/*.cu"
+    "${SOURCE_DIR}/${dir}/*.cuh")
   foreach(file IN LISTS files)
     check("${file}" "${allowed}" ${internal_ok})
   endforeach()

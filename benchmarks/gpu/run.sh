@@ -33,6 +33,8 @@ echo "building for sm_$ARCH in $BUILD"
 start=$(date +%s)
 FLAGS=(-std=c++20 -O2 -DNDEBUG -DSTRATA_KERNELS_HAVE_CUDA=1 -I"$ROOT/kernels/include"
        -I"$ROOT/tests/kernels" -I"$ROOT/benchmarks")
+# Objects of an older layout (the single kernels.cu.o) would be linked twice.
+rm -f "$BUILD"/*.o
 pids=()
 # Kernel sources get -ffp-contract=off, as in the CMake build.
 for src in "$ROOT"/kernels/src/*.cc; do
@@ -42,8 +44,11 @@ for src in "$ROOT"/benchmarks/kernels_bench.cc "$ROOT"/benchmarks/bench_util.cc 
            "$ROOT"/benchmarks/gpu/gpu_main.cc; do
   "$CXX" "${FLAGS[@]}" -I"$CUDA_HOME/include" -c "$src" -o "$BUILD/$(basename "$src").o" & pids+=($!)
 done
-"$NVCC" -std=c++20 -O2 -DNDEBUG --fmad=false --expt-relaxed-constexpr -arch="sm_$ARCH" \
-  -I"$ROOT/kernels/include" -c "$ROOT/kernels/cuda/kernels.cu" -o "$BUILD/kernels.cu.o" & pids+=($!)
+# The CUDA kernels, one file per op (kernels/cuda/*.cu).
+for src in "$ROOT"/kernels/cuda/*.cu; do
+  "$NVCC" -std=c++20 -O2 -DNDEBUG --fmad=false --expt-relaxed-constexpr -arch="sm_$ARCH" \
+    -I"$ROOT/kernels/include" -c "$src" -o "$BUILD/$(basename "$src").o" & pids+=($!)
+done
 for pid in "${pids[@]}"; do wait "$pid"; done
 "$CXX" -o "$BUILD/strata-gpu-check" "$BUILD"/*.o -L"$CUDA_HOME/lib64" -lcudart -lpthread
 echo "built in $(( $(date +%s) - start )) s"
