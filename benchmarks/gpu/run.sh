@@ -32,7 +32,7 @@ echo "building for sm_$ARCH in $BUILD"
 
 start=$(date +%s)
 FLAGS=(-std=c++20 -O2 -DNDEBUG -DSTRATA_KERNELS_HAVE_CUDA=1 -I"$ROOT/kernels/include"
-       -I"$ROOT/tests/kernels" -I"$ROOT/benchmarks")
+       -I"$ROOT/tests/kernels" -I"$ROOT/benchmarks" -I"$ROOT/cachestore/include")
 # Objects of an older layout (the single kernels.cu.o) would be linked twice.
 rm -f "$BUILD"/*.o
 pids=()
@@ -40,8 +40,9 @@ pids=()
 for src in "$ROOT"/kernels/src/*.cc; do
   "$CXX" "${FLAGS[@]}" -ffp-contract=off -c "$src" -o "$BUILD/$(basename "$src").o" & pids+=($!)
 done
+# bench_util.cc prints JSON through strata/json_text.h (cachestore util).
 for src in "$ROOT"/benchmarks/kernels_bench.cc "$ROOT"/benchmarks/bench_util.cc \
-           "$ROOT"/benchmarks/gpu/gpu_main.cc; do
+           "$ROOT"/benchmarks/gpu/gpu_main.cc "$ROOT"/cachestore/src/util/json_text.cc; do
   "$CXX" "${FLAGS[@]}" -I"$CUDA_HOME/include" -c "$src" -o "$BUILD/$(basename "$src").o" & pids+=($!)
 done
 # The CUDA kernels, one file per op (kernels/cuda/*.cu).
