@@ -217,7 +217,6 @@ TEST_F(ClusterStoreTest, RoundTripThroughTheClusterUri) {
   EXPECT_EQ(m->prefix_key, p.keys[24]);
   EXPECT_NE(m->lease, 0u);
   EXPECT_TRUE(store.RenewLease(m->lease, Seconds(20)).ok());
-  ExpectSwaRefusedWithoutItsPrefix(store, *m);
   Fetched f = FetchAll(store, *m);
   ASSERT_TRUE(f.outcome.status.ok()) << f.outcome.status.ToString();
   EXPECT_EQ(f.outcome.blocks_ready, 24u);

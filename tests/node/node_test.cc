@@ -74,7 +74,6 @@ void RoundTrip(const NodeProcess& node, const std::string& mode, uint32_t seed) 
   ASSERT_TRUE(m->swa.has_value());
   EXPECT_EQ(m->swa->boundary_blocks, 4u);
   EXPECT_NE(m->lease, 0u);
-  ExpectSwaRefusedWithoutItsPrefix(*store, *m);
   const Fetched f = FetchAll(*store, *m);
   ExpectSameBytes(f, p, 4, true);
   // Every layer group of every block was announced, and the layer groups

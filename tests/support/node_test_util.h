@@ -152,26 +152,6 @@ inline Fetched FetchAll(Store& store, const MatchResult& m) {
   return f;
 }
 
-// Asks for the match's SWA state (boundary above 1) with none of its
-// blocks, then with only the first: each refused with INVALID_ARGUMENT,
-// whatever the store (the state is only good with the prefix under it).
-inline void ExpectSwaRefusedWithoutItsPrefix(Store& store, const MatchResult& m) {
-  ASSERT_TRUE(m.swa.has_value());
-  ASSERT_GT(m.swa->boundary_blocks, 1u);
-  std::vector<std::byte> block(m.blocks.at(0).payload_bytes);
-  std::vector<std::byte> swa(m.swa->entry.payload_bytes);
-  FetchRequest req;
-  req.match = &m;
-  req.swa_buffer = swa;
-  for (size_t blocks = 0; blocks < 2; ++blocks) {
-    if (blocks == 1) req.block_buffers = {block};
-    const FetchOutcome out = store.Fetch(req).Wait();
-    EXPECT_EQ(out.status.code(), StatusCode::kInvalidArgument)
-        << blocks << " blocks: " << out.status.ToString();
-    EXPECT_FALSE(out.swa_ready);
-  }
-}
-
 // A raw control-plane call to host:port with a token (nullptr: none).
 template <typename Fn>
 Status RawCall(const std::string& target, const char* token, Fn fn) {

@@ -1077,6 +1077,13 @@ class ClusterStore final : public Store {
       std::lock_guard lock(leases_mu_);
       if (auto it = read_leases_.find(match.lease); it != read_leases_.end()) lease = it->second;
     }
+    if (lease == nullptr && match.lease != 0) {
+      // The match's lease was released or expired: as a node would, say so
+      // rather than lease the blocks again behind the caller's back.
+      out.status = LeaseExpired("lease " + std::to_string(match.lease) +
+                                " is not live (expired or released)");
+      return out;
+    }
     if (lease == nullptr) {
       std::vector<ChainKey> keys;
       for (size_t b = 0; b < n; ++b) keys.push_back(match.blocks[b].key);
