@@ -1,7 +1,6 @@
 // CacheStore::Impl: the in-process store's state, shared by the files of
 // cachestore/src/store/ that implement it (one concept each).
 //
-//
 // Locking, in the only order locks are ever nested:
 //   structure_mu  ->  one shard's mutex  ->  leaf locks (arena, lease table,
 //                                            layout and namespace tables)

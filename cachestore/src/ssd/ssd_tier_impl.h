@@ -1,0 +1,378 @@
+// SsdTier::Impl: the SSD tier's state, shared by the files of
+// cachestore/src/ssd/ that implement it (one concept each).
+//
+// Locking: `mu` guards the in-memory index (records), the free space, the
+// pending-write set and counters. Disk I/O, fdatasync and RocksDB writes run
+// outside it. `free_mu` guards the file-system space that batches have been
+// admitted for; nothing else is locked under it. A record being read is
+// pinned (readers > 0); a retired record's extent is freed only once it has
+// no readers and its index entry is durably deleted, so an extent is never
+// reused while the old index entry or a read can still see it.
+#pragma once
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include "eviction/ghost_table.h"
+#include "eviction/hold_time_model.h"
+#include "ssd/eviction_queues.h"
+#include "ssd/ssd_index.h"
+#include "ssd/ssd_space.h"
+#include "ssd/ssd_tier.h"
+#include "ssd/uring_io.h"
+
+namespace strata {
+
+// Wall clock, so commit times and TTLs mean the same after a reboot.
+class WallClock final : public Clock {
+ public:
+  Nanos Now() const override {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+};
+
+inline const WallClock kWallClock;
+
+inline bool IsAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kSsdBlockBytes == 0;
+}
+
+inline std::string Errno(int err) { return std::strerror(err); }
+
+struct Record {
+  SsdEntryMeta meta;
+  uint32_t readers = 0;
+  bool retired = false;     // out of the in-memory index
+  bool index_gone = false;  // its index entry is durably deleted
+  bool freed = false;
+  Nanos persisted_access = 0;
+  // The deadline policy's view (in memory only; see SsdTierOptions).
+  uint64_t tick = 0;   // model time of the last use, write or renewal
+  uint8_t uses = 0;    // earlier uses known to this tier, saturating
+  bool above = false;  // the block is (presumed) in DRAM: this copy is a shadow
+  bool open = false;   // a holding interval was started for the model
+  // Breaks ties in the eviction rank: the later a record was last written,
+  // used or renewed, the later it goes. Callers touch a chain leaf first and
+  // root last, so with equal times an ancestor outlives its descendants
+  // (which no match reaches without it).
+  uint64_t order = 0;
+  // While in the in-memory index: its place in the eviction queues, whose
+  // `key` is the record's key there (owned by `records`; null while out of
+  // it). See Impl::IndexLocked.
+  EvictionQueues<Record>::Position queued;
+  uint8_t queue = 0;
+};
+using RecordPtr = std::shared_ptr<Record>;
+
+// Records by expiry, for TTL maintenance without a scan.
+struct ExpiryLess {
+  bool operator()(const Record* a, const Record* b) const {
+    return a->meta.expiry != b->meta.expiry ? a->meta.expiry < b->meta.expiry : a < b;
+  }
+};
+
+struct SsdTier::Impl {
+  struct Metrics {
+    Counter* bytes_written;
+    Counter* bytes_read;
+    Counter* write_failures;
+    Counter* checksum_failures;
+    Counter* evict_watermark;
+    Counter* evict_ttl;
+    Counter* evict_checksum;
+    Counter* evict_explicit;
+    Counter* evict_io_error;
+    Gauge* used_bytes;
+    Gauge* capacity_bytes;
+    Gauge* entries;
+    Gauge* writes_enabled;
+  };
+
+  SsdTierOptions opts;
+  const Clock* clock = nullptr;
+  std::unique_ptr<MetricsRegistry> owned_metrics;
+  Metrics m{};
+  std::unique_ptr<SsdIndex> index;  // under index_mu once open
+  std::string index_path;
+  int lock_fd = -1;  // holds flock(<dir>/LOCK): one process per directory
+  std::vector<int> fds;
+  std::vector<std::string> paths;
+
+  std::mutex rings_mu;
+  std::condition_variable rings_cv;
+  std::vector<std::unique_ptr<UringRing>> rings;
+  std::vector<UringRing*> idle_rings;
+
+  mutable std::mutex mu;
+  // Encoded key -> record. Ordered: a namespace's entries under one model
+  // are a range in chain key order, which is how admin pages are read.
+  std::map<std::string, RecordPtr, std::less<>> records;
+  // Every record in `records`, ranked for eviction (see EvictionQueues),
+  // and by expiry; the bytes of shadow copies among them. Under `mu`.
+  static constexpr size_t kShadowQueue = HoldTimeModel::kClasses;
+  EvictionQueues<Record> queues{kShadowQueue + 1};  // LRU: queue 0 only
+  absl::btree_set<Record*, ExpiryLess> by_expiry;
+  uint64_t shadow_bytes = 0;
+  // Every model a namespace stored (never shrinks: a handful, 16 bytes
+  // each), so admin lookups by chain key alone need no scan. Under `mu`.
+  std::map<std::string, std::set<ModelId>, std::less<>> models;
+  // Uses and renewals recorded by Touch, applied under `mu` before the
+  // eviction order is read: Touch runs on the DRAM tier's hot paths (under
+  // its locks) and must not wait for `mu`, which an SSD batch's bookkeeping
+  // or an eviction holds.
+  struct QueuedTouch {
+    std::string key;
+    Nanos at = 0;
+    SsdTouch what = SsdTouch::kUse;
+    uint32_t earlier_uses = 0;
+    uint64_t order = 0;  // taken when touched, not when applied
+  };
+  std::mutex touch_mu;
+  std::vector<QueuedTouch> touches;  // touch_mu
+  // Serializes index writes with the in-memory changes they stand for, so
+  // the index ends in the order memory did: a put after a retire of the
+  // same key never loses to the retire's delete, and a stale access-time
+  // put never brings back an entry deleted (or rewritten) meanwhile. Taken
+  // before `mu`.
+  std::mutex index_mu;
+  std::unordered_set<std::string> pending;  // keys being written
+  // The "deadline" policy (absent for "lru"): holding times per class of
+  // earlier uses, and fingerprints of evicted keys so a rewrite after an
+  // eviction counts as a reuse the tier missed. Both under `mu`.
+  std::optional<HoldTimeModel> model;
+  GhostTable ghosts;
+  // Record::order: taken by each touch when it is made, and by each write
+  // and read, so the order does not depend on when queued touches apply.
+  std::atomic<uint64_t> next_order{0};
+  uint64_t NextOrder() { return next_order.fetch_add(1, std::memory_order_relaxed) + 1; }
+  std::vector<SsdSpace> space;  // per file
+  uint32_t next_file = 0;
+  bool writes_enabled = true;
+  Nanos writes_retry_at = 0;
+  // RocksDB is not written again after a failed write (its error state is
+  // sticky) until RecoverIndex reopens it, write_retry_interval later.
+  // Written under index_mu.
+  std::atomic<bool> index_failed{false};
+  Nanos index_retry_at = 0;  // index_mu
+  // Retired records whose index delete failed: out of memory, their extents
+  // held, deleted again when the index recovers (else a restart would bring
+  // them back). Also records whose index put failed (it may have landed),
+  // and the expired records such a put may have overwritten. Under `mu`.
+  std::vector<std::pair<std::string, RecordPtr>> undeleted;
+  // Keys of eviction victims whose index delete has not finished (how many
+  // evictions of each), and those of them erased meanwhile: a victim whose
+  // delete then fails is not served again if it was erased. Under `mu`.
+  std::unordered_map<std::string, uint32_t> evicting;
+  std::unordered_set<std::string> erased_while_evicting;
+  // File-system bytes admitted by the free-space check (WriteBatch) that
+  // their batches have not written yet: statvfs shows them only once
+  // written, so without this two batches could each take the same room.
+  std::mutex free_mu;
+  uint64_t reserved_bytes = 0;  // free_mu
+  uint64_t bytes_written = 0, bytes_read = 0, write_failures = 0, checksum_failures = 0;
+  uint64_t evictions = 0, ttl_expired = 0;
+
+  ~Impl() {
+    for (int fd : fds) ::close(fd);
+    if (lock_fd >= 0) ::close(lock_fd);  // last: the files are closed
+  }
+
+  // ---- rings ----------------------------------------------------------------
+
+  UringRing* AcquireRing();
+  void ReleaseRing(UringRing* r);
+
+  // ---- space (mu held) ------------------------------------------------------
+
+  static constexpr size_t kMaxQueuedTouches = 1 << 16;
+
+  void QueueTouch(QueuedTouch t);
+
+  void ApplyTouchesLocked();
+
+  void ApplyTouchLocked(const QueuedTouch& t);
+
+  void ChangeForTouchLocked(Record& r, const QueuedTouch& t);
+
+  // A new record under the deadline policy: a shadow of the DRAM entry it
+  // was written from. A key evicted earlier and written again is a reuse
+  // this tier did not wait for.
+  void PlaceNewLocked(const std::string& key, Record& r);
+
+  // Eviction rank: smaller goes first. LRU: the last access. Deadline: the
+  // end of the entry's holding time; a shadow of a DRAM entry is kept as
+  // long as the most valuable class would be, twice over, after which it is
+  // presumed stale (its DRAM copy went without a renewal). As a queue and a
+  // time in it; RankOffsetsLocked gives each queue's share of the rank.
+  std::pair<size_t, uint64_t> QueueOfLocked(const Record& r) const;
+  std::vector<uint64_t> RankOffsetsLocked() const;
+
+  void EnqueueLocked(Record& r);
+  void DequeueLocked(Record& r);
+  // `r` joined `records` under `key` (the map's own copy).
+  void IndexLocked(const std::string& key, Record& r);
+  // `r` is leaving `records`.
+  void UnindexLocked(Record& r);
+  // Applies a change to what ranks `r` (its times, order, uses or role).
+  template <typename Change>
+  void ReorderLocked(Record& r, Change change) {
+    if (r.queued.key == nullptr) {
+      change();
+      return;
+    }
+    DequeueLocked(r);
+    change();
+    EnqueueLocked(r);
+  }
+
+  // The deadline model's budget: the tier swings between its watermarks,
+  // and shadows of DRAM entries take their share outside the model.
+  double ModelCapacityLocked(uint64_t shadow_bytes) const;
+
+  void RememberEvictedLocked(const std::string& key, const Record& r);
+
+  // A ghost remembers the model time, the uses, and whether an interval
+  // was open when the key went.
+  struct GhostState {
+    uint64_t tick;
+    uint8_t uses;
+    bool open;
+  };
+  static constexpr int kTickBits = 55;
+  static uint64_t Pack(const GhostState& g);
+  static GhostState Unpack(uint64_t v);
+  static constexpr size_t kGhostFactor = 8;
+  static constexpr size_t kMinGhosts = 65536;
+
+  uint64_t UsedLocked() const;
+
+  void PublishGaugesLocked();
+
+  std::optional<std::pair<uint32_t, uint64_t>> AllocateLocked(uint64_t bytes);
+
+  void MaybeFreeLocked(Record& r);
+
+  // Takes a record out of the in-memory index; its extent waits for the
+  // durable index delete (FinishRetire).
+  // Whether an index delete of `key` is waiting for the index to recover.
+  bool UndeletedLocked(const std::string& key) const;
+
+  RecordPtr RetireLocked(const std::string& key);
+
+  // index_mu held.
+  void MarkIndexFailedLocked();
+
+  // Deletes retired records from the index durably, then frees what no
+  // reader holds. If the delete fails, the error is returned and the index
+  // is failed until RecoverIndex; eviction victims (`restore_on_failure`)
+  // go back in memory (the index still has them, their bytes are intact),
+  // anything deleted on purpose stays out of memory, its extent held and
+  // its delete retried when the index recovers.
+  Status FinishRetire(const std::vector<std::string>& keys, const std::vector<RecordPtr>& recs,
+                      bool restore_on_failure = false);
+
+  // Victims just taken out of memory by an eviction (FinishRetire with
+  // restore_on_failure follows).
+  void MarkEvictingLocked(const std::vector<std::string>& keys) {
+    for (const std::string& k : keys) ++evicting[k];
+  }
+
+  // A failed index is reopened once write_retry_interval has passed (at
+  // once with `force`), then the deletes it missed are retried. True if the
+  // index is usable and none is missing.
+  bool RecoverIndex(bool force = false);
+
+  // Picks victims: expired entries (with `ttl`), then the lowest ranked
+  // ones while above the low watermark or short of `incoming` bytes. Unread
+  // entries only. Walks the eviction queues from their heads, so the cost
+  // is the victims', not the tier's size.
+  void CollectVictimsLocked(Nanos now, uint64_t incoming, bool ttl, std::vector<std::string>* keys,
+                            std::vector<RecordPtr>* recs);
+
+  // Retires ranked victims (remembered as evicted, counted as watermark
+  // evictions); their records go to `recs` for FinishRetire.
+  void EvictLocked(std::span<const std::string> keys, std::vector<RecordPtr>* recs);
+
+  uint64_t CapacityLocked() const;
+
+  // Enough bytes free, but no run of `bytes` in any file (mixed sizes leave
+  // holes): evicts in rank order until a run forms, as a copy of the free
+  // space shows, then frees them. Evicts nothing if no run would form. True
+  // when the run should be there.
+  bool MakeRun(uint64_t bytes);
+
+  uint64_t MakeRoom(uint64_t incoming, bool ttl);
+
+  void DisableWrites(const std::string& why);
+
+  bool WritesAllowedLocked(Nanos now);
+
+  void Drop(const std::string& key, const RecordPtr& expected, Counter* reason);
+
+  // Splits one entry's I/O into ops: one direct op, or bounce-sized chunks.
+  void PlanOps(bool write, const SsdEntryMeta& meta, std::byte* direct, std::vector<IoOp>* ops,
+               std::vector<std::pair<size_t, uint64_t>>* owner, size_t entry) const;
+
+  // Bytes of a data file's [offset, offset + bytes) the file system has not
+  // allocated yet (holes: the files are sparse), which writing them
+  // consumes. Counts what it cannot tell as unallocated.
+  uint64_t UnallocatedBytes(uint32_t file, uint64_t offset, uint64_t bytes) const;
+
+  // A batch's share of reserved_bytes: given back once its writes are done
+  // (when statvfs shows what they consumed), or when the batch ends.
+  class Reservation {
+   public:
+    explicit Reservation(Impl& s) : s_(s) {}
+    ~Reservation() { Release(); }
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+
+    void AddLocked(uint64_t bytes) {  // free_mu held
+      s_.reserved_bytes += bytes;
+      bytes_ += bytes;
+    }
+    void Release() {
+      if (bytes_ == 0) return;
+      std::lock_guard lock(s_.free_mu);
+      s_.reserved_bytes -= bytes_;
+      bytes_ = 0;
+    }
+
+   private:
+    Impl& s_;
+    uint64_t bytes_ = 0;
+  };
+
+  // Admits a batch that newly consumes `consumes` bytes if the file system
+  // keeps min_free_bytes free after it and every batch admitted before it
+  // that is still writing; reserves them in `r`. UNAVAILABLE if not, and
+  // *full if the file system lacks the room even without those batches
+  // (theirs is counted twice while they write, so a refusal for their
+  // sake alone may be early: it fails the one batch, nothing more). An
+  // unknown free space admits.
+  Status ReserveFreeSpace(uint64_t consumes, Reservation* r, bool* full);
+
+  Status SyncFiles(const std::vector<bool>& touched) const;
+};
+
+}  // namespace strata
