@@ -1,6 +1,7 @@
 // Fetch across the cluster: each block from the first replica that reported
 // it, failed blocks from the next, within the deadline.
 #include "cluster/cluster_store_impl.h"
+#include "format/fetch_prefix.h"
 
 namespace strata {
 
@@ -206,25 +207,20 @@ void ClusterStore::FetchFromReplicas(const FetchRequest& req, const MatchResult&
       break;
     }
   }
-  size_t usable = 0;
-  while (usable < n && done[usable]) ++usable;
-  out.blocks_ready = static_cast<uint32_t>(usable);
-  for (size_t b = 0; b < usable; ++b) out.bytes += match.blocks[b].payload_bytes;
-  if (usable < n) {
-    const Status& st = why[usable];
-    out.status = Status(st.ok() ? StatusCode::kNotFound : st.code(),
-                        "block " + std::to_string(usable) + ": " +
-                            (st.ok() ? std::string("no replica holds it") : st.message()));
+  FetchPrefix prefix(n, want_swa ? std::optional(match.swa->boundary_blocks) : std::nullopt);
+  for (size_t b = 0; b < n; ++b) {
+    if (done[b]) continue;
+    prefix.CutBlock(b, why[b].ok() ? NotFound("no replica holds it") : why[b]);
+    break;
   }
-  if (want_swa) {
-    out.swa_ready = swa_done && usable >= match.swa->boundary_blocks;
-    if (out.swa_ready) {
-      out.bytes += match.swa->entry.payload_bytes;
-    } else if (out.status.ok()) {  // arrived, it falls only with the prefix, already reported
-      out.status = Status(swa_why.code(), "SWA state: " + swa_why.message());
-    }
+  // Arrived, the state falls only with its prefix, whose failure is reported.
+  if (want_swa && !(swa_done && prefix.SwaCovered())) {
+    prefix.Report(Status(swa_why.code(), "SWA state: " + swa_why.message()));
   }
-  events.Finish(usable, out.swa_ready);
+  prefix.Finish(swa_done, out);
+  for (size_t b = 0; b < out.blocks_ready; ++b) out.bytes += match.blocks[b].payload_bytes;
+  if (out.swa_ready) out.bytes += match.swa->entry.payload_bytes;
+  events.Finish(out.blocks_ready, out.swa_ready);
 }
 
 Status ClusterStore::CopyUnreportedGroups(std::span<const std::byte> scratch,

@@ -78,7 +78,6 @@ bool RemoteStore::SwaLeased(const MatchResult& match, const MatchResult& leased)
 void RemoteStore::FetchMapped(const std::byte* base, const MatchResult& match,
                               const MatchResult& leased, const FetchRequest& req, size_t n,
                               bool want_swa, FetchOutcome& out) {
-  Status status;
   if (LeaseEnded(leased.lease)) {
     out.status =
         Status(StatusCode::kLeaseExpired, "lease " + std::to_string(leased.lease) + " has expired");
@@ -88,33 +87,27 @@ void RemoteStore::FetchMapped(const std::byte* base, const MatchResult& match,
     if (b.location > region_bytes_ || b.payload_bytes > region_bytes_ - b.location) return nullptr;
     return base + b.location;
   };
-  size_t usable = LeasedPrefix(match, leased, n);
-  if (usable < n) status = NotFound("block " + std::to_string(usable) + " is no longer stored");
-  auto cut = [&](size_t b, const Status& why) {
-    if (b < usable) {
-      usable = b;
-      status = Status(why.code(), "block " + std::to_string(b) + ": " + why.message());
-    }
-  };
+  FetchPrefix prefix(n, want_swa ? std::optional(match.swa->boundary_blocks) : std::nullopt);
+  prefix.CutMissing(LeasedPrefix(match, leased, n));
   // Headers: each must hash to its entry checksum.
-  std::vector<PayloadHeader> headers(usable);
-  for (size_t b = 0; b < usable; ++b) {
+  std::vector<PayloadHeader> headers(prefix.usable());
+  for (size_t b = 0; b < headers.size(); ++b) {
     const BlockMatch& bm = leased.blocks[b];
     const std::byte* src = source(bm);
     std::byte* dst = req.block_buffers[b].data();
     if (src == nullptr || bm.payload_bytes < 32) {
-      cut(b, Internal("location outside the node's arena"));
+      prefix.CutBlock(b, Internal("location outside the node's arena"));
       break;
     }
     uint32_t hb = 0;
     std::memcpy(&hb, src + 20, sizeof(hb));  // header bytes H, see layout.h
     if (hb > bm.payload_bytes || CopyAndChecksum(dst, src, hb) != bm.checksum) {
-      cut(b, ChecksumMismatch("header fails the entry checksum"));
+      prefix.CutBlock(b, ChecksumMismatch("header fails the entry checksum"));
       break;
     }
     Result<PayloadHeader> h = ParsePayloadHeader({dst, bm.payload_bytes});
     if (!h.ok() || h->header_bytes != hb) {
-      cut(b, ChecksumMismatch("malformed header"));
+      prefix.CutBlock(b, ChecksumMismatch("malformed header"));
       break;
     }
     headers[b] = std::move(h).value();
@@ -124,36 +117,35 @@ void RemoteStore::FetchMapped(const std::byte* base, const MatchResult& match,
   // belongs to still stands.
   const bool swa_ok = want_swa && SwaLeased(match, leased);
   bool swa_verified = false;
-  if (swa_ok && usable >= leased.swa->boundary_blocks) {
+  if (swa_ok && prefix.SwaCovered()) {
     const BlockMatch& e = leased.swa->entry;
     PayloadCheck swa{req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
     if (const std::byte* src = source(e); src != nullptr) {
       std::memcpy(swa.bytes.data(), src, e.payload_bytes);
-      swa_verified = VerifySwa(req, swa, status);
-    } else if (status.ok()) {
-      status = Internal("the SWA state's location lies outside the node's arena");
+      swa_verified = VerifySwa(req, swa, prefix);
+    } else {
+      prefix.Report(Internal("the SWA state's location lies outside the node's arena"));
     }
   }
-  std::vector<VerifiedCopy> copies(usable);
-  for (size_t b = 0; b < usable; ++b) {
+  std::vector<VerifiedCopy> copies(prefix.usable());
+  for (size_t b = 0; b < copies.size(); ++b) {
     copies[b] = {source(leased.blocks[b]), req.block_buffers[b].data(), &headers[b]};
   }
   std::optional<CopyFailure> failure;
   const size_t arrived =
       CopyVerifiedBodies(copies, req.on_event, &out.bytes, &failure, nullptr, &copy_pool_);
   if (failure.has_value()) {
-    cut(arrived,
-        ChecksumMismatch("layer group " + std::to_string(failure->group) + " fails its checksum"));
+    prefix.CutBlock(arrived, ChecksumMismatch("layer group " + std::to_string(failure->group) +
+                                              " fails its checksum"));
   }
-  out.blocks_ready = static_cast<uint32_t>(usable);
-  FinishSwa(leased, want_swa, swa_ok, swa_verified, usable, status, out);
+  FinishSwa(leased, want_swa, swa_ok, swa_verified, prefix, out);
 }
 
-bool RemoteStore::VerifySwa(const FetchRequest& req, PayloadCheck& p, Status& status) {
+bool RemoteStore::VerifySwa(const FetchRequest& req, PayloadCheck& p, FetchPrefix& prefix) {
   Status st = VerifyHeader(p);
   for (size_t g = 0; st.ok() && g < p.header->groups.size(); ++g) st = VerifyGroup(p, g);
   if (!st.ok()) {
-    if (status.ok()) status = Status(st.code(), "SWA state: " + st.message());
+    prefix.Report(Status(st.code(), "SWA state: " + st.message()));
     return false;
   }
   if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
@@ -161,14 +153,10 @@ bool RemoteStore::VerifySwa(const FetchRequest& req, PayloadCheck& p, Status& st
 }
 
 void RemoteStore::FinishSwa(const MatchResult& leased, bool want_swa, bool swa_ok,
-                            bool swa_verified, size_t usable, Status& status, FetchOutcome& out) {
-  if (swa_verified && usable >= leased.swa->boundary_blocks) {
-    out.swa_ready = true;
-    out.bytes += leased.swa->entry.payload_bytes;
-  } else if (want_swa && !swa_ok && status.ok()) {
-    status = NotFound("SWA state is no longer stored");
-  }
-  out.status = status;
+                            bool swa_verified, FetchPrefix& prefix, FetchOutcome& out) {
+  if (want_swa && !swa_ok) prefix.SwaMissing();
+  prefix.Finish(swa_verified, out);
+  if (out.swa_ready) out.bytes += leased.swa->entry.payload_bytes;
 }
 
 void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
@@ -176,8 +164,8 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
                             FetchOutcome& out) {
   // Blocks the lease really covers, in order and with the same identity.
   const size_t covered = LeasedPrefix(match, leased, n);
-  Status status;
-  if (covered < n) status = NotFound("block " + std::to_string(covered) + " is no longer stored");
+  FetchPrefix prefix(n, want_swa ? std::optional(match.swa->boundary_blocks) : std::nullopt);
+  prefix.CutMissing(covered);
   const bool swa_ok = want_swa && SwaLeased(match, leased);
 
   std::vector<PayloadCheck> checks(covered + (swa_ok ? 1 : 0));
@@ -263,32 +251,23 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
     landed[b].assign(plan[b].size(), false);
     verified[b].assign(plan[b].size(), false);
   }
-  size_t usable = covered;  // blocks [0, usable) have not failed
-  auto cut = [&](size_t b, const Status& why) {
-    if (b < usable) {
-      usable = b;
-      status = why;
-    }
-  };
   size_t groups_done = 0;  // layer groups announced for the whole prefix
   auto announce = [&] {
-    while (req.on_event && usable > 0 && groups_done < max_groups) {
-      for (size_t b = 0; b < usable; ++b) {
+    while (req.on_event && prefix.usable() > 0 && groups_done < max_groups) {
+      for (size_t b = 0; b < prefix.usable(); ++b) {
         if (groups_done < verified[b].size() && !verified[b][groups_done]) return;
       }
-      req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
+      req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(prefix.usable()),
                     static_cast<uint32_t>(groups_done)});
       ++groups_done;
     }
   };
-  auto fail = [&](size_t b, const Status& st) {
-    cut(b, Status(st.code(), "block " + std::to_string(b) + ": " + st.message()));
-  };
+  auto fail = [&](size_t b, const Status& st) { prefix.CutBlock(b, st); };
   // Verifies whatever of block b has landed. The header rides in piece 0;
   // pieces that land before it wait.
   auto verify_block = [&](size_t b) {
     PayloadCheck& p = checks[b];
-    if (b >= usable || !landed[b][0]) return;
+    if (b >= prefix.usable() || !landed[b][0]) return;
     if (!p.header.has_value()) {
       if (Status st = VerifyHeader(p); !st.ok()) return fail(b, st);
       if (plan[b].size() > 1 && p.header->groups.size() != plan[b].size()) {
@@ -316,14 +295,14 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
     const std::span<const size_t> payloads(members.data() + piece.first, piece.count);
     if (payloads[0] == covered && swa_ok) {
       if (!st.ok()) {
-        if (status.ok()) status = st;
-      } else if (usable >= leased.swa->boundary_blocks) {
-        swa_verified = VerifySwa(req, checks[covered], status);
+        prefix.Report(st);
+      } else if (prefix.SwaCovered()) {
+        swa_verified = VerifySwa(req, checks[covered], prefix);
       }
       return;
     }
     if (!st.ok()) {
-      cut(payloads[0], st);
+      prefix.Cut(payloads[0], st);
       return;
     }
     for (size_t b : payloads) {
@@ -340,34 +319,33 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
     if (dp.ok() && (*dp)->mode() == dataplane::Mode::kRma && LeaseEnded(leased.lease)) {
       dp = Status(StatusCode::kLeaseExpired,
                   "lease " + std::to_string(leased.lease) + " has expired");
-      usable = 0;
+      prefix.Truncate(0);  // reported below, as the transfer's failure
     }
     transfer = dp.ok() ? (*dp)->Read(ops, on_done, deadline) : dp.status();
     if (!transfer.ok()) MaybeDropLocked(transfer);
   }
-  if (!transfer.ok() && status.ok()) status = transfer;
-  if (!transfer.ok() && usable == covered) {
+  if (!transfer.ok()) prefix.Report(transfer);
+  if (!transfer.ok() && prefix.usable() == covered) {
     // No piece reported the failure (e.g. no endpoint at all).
     for (size_t b = 0; b < covered; ++b) {
       if (!std::all_of(verified[b].begin(), verified[b].end(), [](bool v) { return v; })) {
-        usable = std::min(usable, b);
+        prefix.Truncate(b);
         break;
       }
     }
   }
-  for (size_t b = 0; b < usable; ++b) {
+  for (size_t b = 0; b < prefix.usable(); ++b) {
     if (!std::all_of(verified[b].begin(), verified[b].end(), [](bool v) { return v; })) {
-      cut(b, Internal("block " + std::to_string(b) + " did not complete"));
+      prefix.Cut(b, Internal("block " + std::to_string(b) + " did not complete"));
       break;
     }
   }
   announce();
-  for (size_t b = 0; b < usable; ++b) {
+  for (size_t b = 0; b < prefix.usable(); ++b) {
     out.bytes += checks[b].bytes.size();
     if (req.on_event) req.on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
   }
-  out.blocks_ready = static_cast<uint32_t>(usable);
-  FinishSwa(leased, want_swa, swa_ok, swa_verified, usable, status, out);
+  FinishSwa(leased, want_swa, swa_ok, swa_verified, prefix, out);
 }
 
 }  // namespace strata

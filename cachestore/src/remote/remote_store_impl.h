@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 #include "dataplane/data_plane.h"
+#include "format/fetch_prefix.h"
 #include "rpc/grpc_status.h"
 #include "rpc/wire.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -246,12 +247,12 @@ class RemoteStore final : public NodeClient {
   // read and reported before the bodies, not behind them. It is only good
   // with the prefix under it; a body that fails later, short of its
   // boundary, voids it (FinishSwa).
-  static bool VerifySwa(const FetchRequest& req, PayloadCheck& p, Status& status);
+  static bool VerifySwa(const FetchRequest& req, PayloadCheck& p, FetchPrefix& prefix);
 
   // The SWA state is served when it verified and the prefix it belongs to
   // arrived whole; sets the outcome's final status.
   static void FinishSwa(const MatchResult& leased, bool want_swa, bool swa_ok, bool swa_verified,
-                        size_t usable, Status& status, FetchOutcome& out);
+                        FetchPrefix& prefix, FetchOutcome& out);
 
   // Reads under `leased` (locations) what `match` describes, layer group
   // by layer group when the payloads are laid out as the built-in layouts

@@ -1,5 +1,6 @@
 // Fetch: verified copies of a match's blocks and SWA state into the caller's
 // buffers, cut at the first block that is no longer stored or fails its check.
+#include "format/fetch_prefix.h"
 #include "store/cache_store_impl.h"
 
 namespace strata {
@@ -21,14 +22,14 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   if (!ns.has_value()) return fail(NotFound("nothing stored for namespace '" + caller.ns + "'"));
 
+  FetchPrefix prefix(n, want_swa ? std::optional(match.swa->boundary_blocks) : std::nullopt);
   // 1. Pin what we will read: through the lease, or by looking keys up.
   std::vector<EntryRef> pinned;  // blocks first, then the SWA entry
   pinned.reserve(n + 1);
   EntryRef swa_ref;
-  Status pin_status;
   if (match.lease != 0) {
     bool write_lease = false;
-    pin_status = s.leases.WithLive(*ns, match.lease, start, [&](const LeaseRecord& rec) {
+    Status pin_status = s.leases.WithLive(*ns, match.lease, start, [&](const LeaseRecord& rec) {
       write_lease = rec.write;
       if (write_lease) return;  // reserved bytes are nobody's to read
       for (const EntryRef& ref : rec.entries) {
@@ -64,16 +65,13 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
         if (!slots[b].has_value()) {
           Result<EntryRef>& ref = promoted[m++];
           if (!ref.ok()) {
-            if (pin_status.ok()) {
-              pin_status = NotFound("block " + std::to_string(b) +
-                                    " is no longer stored: " + ref.status().message());
-            }
+            prefix.CutMissing(b, ref.status().message());
             continue;
           }
           slots[b] = *ref;
         }
         // Past the first gap nothing is served: drop the pins.
-        if (pin_status.ok()) {
+        if (b < prefix.usable()) {
           pinned.push_back(*slots[b]);
         } else {
           s.Unpin(*slots[b], /*lease=*/false);
@@ -98,7 +96,7 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
       for (size_t b = 0; b < n; ++b) {
         EntryRef ref = s.PinReader({*ns, StateKind::kGlobalKv, match.blocks[b].key}, start);
         if (ref.entry == nullptr) {
-          pin_status = NotFound("block " + std::to_string(b) + " is no longer stored");
+          prefix.CutMissing(b);
           break;
         }
         pinned.push_back(ref);
@@ -110,10 +108,8 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
       std::vector<Result<EntryRef>> refs = s.PromoteBlocks(*ns, match, all, start);
       for (size_t b = 0; b < n; ++b) {
         if (!refs[b].ok()) {
-          if (pin_status.ok()) {
-            pin_status = NotFound("block " + std::to_string(b) + " is no longer stored");
-          }
-        } else if (pin_status.ok()) {
+          prefix.CutMissing(b);
+        } else if (b < prefix.usable()) {
           pinned.push_back(*refs[b]);
         } else {
           s.Unpin(*refs[b], /*lease=*/false);  // past the first gap
@@ -123,22 +119,19 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
     if (want_swa) swa_ref = pin(StateKind::kSwaState, match.swa->entry.key);
   }
 
+  // A lease that covers fewer blocks than asked for (a match result
+  // altered by the caller) serves what it covers.
+  prefix.CutMissing(pinned.size());
+
   // 2. Headers: each must hash to its entry checksum and match its layout.
-  uint32_t usable = static_cast<uint32_t>(pinned.size());
-  Status status = pin_status;
   std::vector<Entry*> corrupt;
   std::vector<PayloadHeader> headers(pinned.size());
-  auto cut = [&](uint32_t b, Status why) {
-    if (b < usable) {
-      usable = b;
-      status = std::move(why);
-    }
-  };
-  for (uint32_t b = 0; b < usable; ++b) {
+  for (uint32_t b = 0; b < prefix.usable(); ++b) {
     Entry* e = pinned[b].entry;
     if (e->key.chain != match.blocks[b].key || e->payload_bytes > req.block_buffers[b].size()) {
       // A match result altered by the caller, or a lease from another match.
-      cut(b, InvalidArgument("block " + std::to_string(b) + " does not match its lease entry"));
+      prefix.Cut(b,
+                 InvalidArgument("block " + std::to_string(b) + " does not match its lease entry"));
       break;
     }
     const Layout* layout = s.FindLayout(e->layout_id);
@@ -155,7 +148,7 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
             : ChecksumMismatch("block " + std::to_string(b) + ": header fails the entry checksum");
     if (!st.ok()) {
       corrupt.push_back(e);
-      cut(b, st);
+      prefix.Cut(b, st);
       break;
     }
     headers[b] = std::move(header).value();
@@ -165,13 +158,12 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   // 3. The SWA state first: a worker needs it, with layer group 0, before
   // it runs layer 0, so it must not wait behind every block's body. It is
   // only good with the prefix under it: a body that fails later, short of
-  // its boundary, voids it (out.swa_ready below).
-  auto prefix_intact = [&] { return want_swa && usable >= match.swa->boundary_blocks; };
+  // its boundary, voids it (FetchPrefix::Finish).
   bool swa_verified = false;
   if (swa_ref.entry != nullptr && (swa_ref.entry->key.chain != match.swa->entry.key ||
                                    swa_ref.entry->payload_bytes > req.swa_buffer.size())) {
-    if (status.ok()) status = InvalidArgument("SWA entry does not match the lease");
-  } else if (swa_ref.entry != nullptr && prefix_intact()) {
+    prefix.Report(InvalidArgument("SWA entry does not match the lease"));
+  } else if (swa_ref.entry != nullptr && prefix.SwaCovered()) {
     Entry* e = swa_ref.entry;
     const Layout* layout = s.FindLayout(e->layout_id);
     std::memcpy(req.swa_buffer.data(), s.arena->Bytes(e->extent, e->payload_bytes).data(),
@@ -182,16 +174,16 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
       if (req.on_event) req.on_event({FetchEvent::Type::kSwaReady, 0, 0});
     } else {
       corrupt.push_back(e);
-      if (status.ok()) status = st;
+      prefix.Report(st);
     }
-  } else if (want_swa && swa_ref.entry == nullptr && status.ok()) {
-    status = NotFound("SWA state is no longer stored");
+  } else if (want_swa && swa_ref.entry == nullptr) {
+    prefix.SwaMissing();
   }
 
   // 4. Bodies, layer group by layer group across blocks, so layer group 0
   // of the whole prefix is usable before group 1 starts.
-  std::vector<VerifiedCopy> copies(usable);
-  for (uint32_t b = 0; b < usable; ++b) {
+  std::vector<VerifiedCopy> copies(prefix.usable());
+  for (uint32_t b = 0; b < copies.size(); ++b) {
     const Entry* e = pinned[b].entry;
     copies[b] = {s.arena->Bytes(e->extent, e->payload_bytes).data(), req.block_buffers[b].data(),
                  &headers[b]};
@@ -205,14 +197,12 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
       s.copy_pool.get()));
   if (failure.has_value()) {
     corrupt.push_back(pinned[failure->block].entry);
-    cut(arrived, ChecksumMismatch("block " + std::to_string(failure->block) + ", layer group " +
-                                  std::to_string(failure->group) + " fails its checksum"));
+    prefix.Cut(arrived,
+               ChecksumMismatch("block " + std::to_string(failure->block) + ", layer group " +
+                                std::to_string(failure->group) + " fails its checksum"));
   }
-  out.blocks_ready = usable;
-  if (swa_verified && prefix_intact()) {
-    out.swa_ready = true;
-    out.bytes += swa_ref.entry->payload_bytes;
-  }
+  prefix.Finish(swa_verified, out);
+  if (out.swa_ready) out.bytes += swa_ref.entry->payload_bytes;
 
   // 5. Let go, and drop whatever failed verification: never serve it again.
   std::vector<EntryRef> refs_to_drop;
@@ -226,7 +216,6 @@ FetchFuture CacheStore::Fetch(const Principal& caller, const FetchRequest& req) 
   for (const EntryRef& ref : pinned) s.Unpin(ref, /*lease=*/false);
   if (swa_ref.entry != nullptr) s.Unpin(swa_ref, /*lease=*/false);
 
-  out.status = status;
   s.m.fetch_bytes->Increment(out.bytes);
   s.m.fetch_seconds->Observe(SecondsSince(*s.clock, start));
   return FetchFuture::Ready(std::move(out));
