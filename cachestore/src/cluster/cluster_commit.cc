@@ -1,6 +1,7 @@
 // Commit across the cluster: each block reserved and published on its R
 // write replicas.
 #include "cluster/cluster_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -102,7 +103,7 @@ Result<Reservation> ClusterStore::Reserve(const ModelId& model, std::span<const 
     // Reservations neither published nor aborted: the nodes dropped them.
     // Their staging is freed after the lock, not under it.
     std::vector<std::shared_ptr<WriteLease>> dropped;
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     std::erase_if(write_leases_, [&](auto& kv) {
       if (kv.second->reclaim_at > now) return false;
       dropped.push_back(std::move(kv.second));
@@ -117,7 +118,7 @@ Result<PublishResult> ClusterStore::Publish(LeaseId write_lease,
                                             std::span<const uint64_t> checksums) {
   std::shared_ptr<WriteLease> lease;
   {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     auto it = write_leases_.find(write_lease);
     if (it != write_leases_.end()) {
       lease = std::move(it->second);

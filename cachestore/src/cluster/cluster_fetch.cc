@@ -2,6 +2,7 @@
 // it, failed blocks from the next, within the deadline.
 #include "cluster/cluster_store_impl.h"
 #include "format/fetch_prefix.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -19,7 +20,7 @@ FetchOutcome ClusterStore::FetchNow(const FetchRequest& req) {
   std::shared_ptr<const ReadLease> lease;
   LeaseId own_lease = 0;
   if (match.lease != 0) {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (auto it = read_leases_.find(match.lease); it != read_leases_.end()) lease = it->second;
   }
   if (lease == nullptr && match.lease != 0) {
@@ -45,7 +46,7 @@ FetchOutcome ClusterStore::FetchNow(const FetchRequest& req) {
       return out;
     }
     own_lease = r->lease;
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (auto it = read_leases_.find(own_lease); it != read_leases_.end()) lease = it->second;
   }
   if (lease == nullptr) {

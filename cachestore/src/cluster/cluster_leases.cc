@@ -1,5 +1,6 @@
 // Cluster leases: renewal, abort and release fanned out to the nodes' leases.
 #include "cluster/cluster_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -8,7 +9,7 @@ Status ClusterStore::RenewLease(LeaseId lease_id, Nanos ttl) {
   std::shared_ptr<ReadLease> read;
   std::shared_ptr<WriteLease> write;
   {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) read = it->second;
     if (auto it = write_leases_.find(lease_id); it != write_leases_.end()) write = it->second;
   }
@@ -37,7 +38,7 @@ Status ClusterStore::RenewLease(LeaseId lease_id, Nanos ttl) {
     // With ttl 0 each node applies its own default, which we do not
     // know: assume the longest a lease may have.
     const Nanos held = ttl > 0 ? ttl : kMaxLeaseTtl;
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     write->reclaim_at = std::max(write->reclaim_at, sent + 2 * held);
     return Status::Ok();
   }
@@ -71,7 +72,7 @@ Status ClusterStore::RenewLease(LeaseId lease_id, Nanos ttl) {
   ReleaseParts(dropped);
   const bool whole = std::all_of(renewed->holders.begin(), renewed->holders.end(),
                                  [](const std::vector<Holder>& hs) { return !hs.empty(); });
-  std::lock_guard lock(leases_mu_);
+  MutexLock lock(leases_mu_);
   if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) it->second = renewed;
   return whole ? Status::Ok() : first_error;
 }
@@ -80,7 +81,7 @@ Status ClusterStore::Abort(LeaseId lease_id) {
   std::shared_ptr<ReadLease> read;
   std::shared_ptr<WriteLease> write;
   {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) {
       read = std::move(it->second);
       read_leases_.erase(it);
@@ -98,7 +99,7 @@ Status ClusterStore::Abort(LeaseId lease_id) {
 void ClusterStore::Release(LeaseId lease_id) {
   std::shared_ptr<ReadLease> read;
   {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (auto it = read_leases_.find(lease_id); it != read_leases_.end()) {
       read = std::move(it->second);
       read_leases_.erase(it);

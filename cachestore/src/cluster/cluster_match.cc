@@ -1,6 +1,7 @@
 // Match across the cluster: each node asked for the keys it may hold, the
 // usable prefix combined from the replicas' answers under one cluster lease.
 #include "cluster/cluster_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -155,7 +156,7 @@ Result<MatchResult> ClusterStore::MatchKeys(const MatchKeysRequest& req) {
   if (!lease->parts.empty()) {
     out.lease = next_lease_.fetch_add(1);
     out.lease_expiry = lease->expiry;
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (read_leases_.size() >= kMaxTrackedLeases) {
       // Never released: the nodes end them by themselves.
       const Nanos now = SteadyClock().Now();

@@ -47,6 +47,7 @@
 #include "remote/remote_store.h"
 #include "strata/layout.h"
 #include "strata/task_pool.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -66,19 +67,19 @@ inline constexpr uint32_t kMaxReplication = 16;
 // client is created on first use; both are kept while the node stays in the
 // membership (across changes of its drain flag).
 struct NodeLink {
-  std::mutex mu;
-  std::shared_ptr<NodeClient> client;
-  bool connecting = false;  // one caller connects, without holding mu
+  Mutex mu;
+  std::shared_ptr<NodeClient> client ABSL_GUARDED_BY(mu);
+  bool connecting ABSL_GUARDED_BY(mu) = false;  // one caller connects, without holding mu
   // Not answering: calls skip the node until skip_until, when one goes
   // through as a probe (and moves skip_until on by skip_for, so the others
   // keep skipping while it runs). skip_for 0: the node answers.
-  Nanos skip_for = 0;
-  Nanos skip_until = 0;
-  Nanos struck_at = 0;   // calls started before a strike are old news...
-  Nanos cleared_at = 0;  // ...and so are those started before it answered again
-  Nanos down_since = 0;  // the first strike of the latest outage
-  Nanos catch_up_until = 0;
-  Status last_error;
+  Nanos skip_for ABSL_GUARDED_BY(mu) = 0;
+  Nanos skip_until ABSL_GUARDED_BY(mu) = 0;
+  Nanos struck_at ABSL_GUARDED_BY(mu) = 0;   // calls started before a strike are old news...
+  Nanos cleared_at ABSL_GUARDED_BY(mu) = 0;  // ...and so are those started before it answered again
+  Nanos down_since ABSL_GUARDED_BY(mu) = 0;  // the first strike of the latest outage
+  Nanos catch_up_until ABSL_GUARDED_BY(mu) = 0;
+  Status last_error ABSL_GUARDED_BY(mu);
 };
 
 // One node of a view: as the membership lists it, and our link to it.
@@ -164,18 +165,18 @@ class FetchEvents {
 
   void Group(size_t block, uint32_t group) {
     if (!sink_) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<bool>& g = groups_[block];
     if (g.size() <= group) g.resize(group + 1, false);
     if (g[group]) return;
     g[group] = true;
     sink_({FetchEvent::Type::kGroupReady, static_cast<uint32_t>(block), group});
-    AnnounceLocked(groups_.size());
+    Announce(groups_.size());
   }
 
   void Block(size_t block) {
     if (!sink_) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     sink_({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(block), 0});
   }
 
@@ -183,14 +184,14 @@ class FetchEvents {
   // be reading it already, so it must not be written again.
   bool AnyGroup(size_t block) {
     if (!sink_) return false;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (bool g : groups_[block]) {
       if (g) return true;
     }
     return false;
   }
   bool HasGroup(size_t block, uint32_t group) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return group < groups_[block].size() && groups_[block][group];
   }
 
@@ -198,7 +199,7 @@ class FetchEvents {
   // ahead of the bodies (a worker needs it before layer 0), and once.
   void Swa() {
     if (!sink_) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (swa_reported_) return;
     swa_reported_ = true;
     sink_({FetchEvent::Type::kSwaReady, 0, 0});
@@ -206,19 +207,19 @@ class FetchEvents {
   // Whether the caller may be reading the SWA buffer already: it must not
   // be written again.
   bool SwaReported() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return swa_reported_;
   }
 
   void Finish(size_t usable, bool swa_ready) {
     if (!sink_) return;
-    std::lock_guard lock(mu_);
-    AnnounceLocked(usable);
+    MutexLock lock(mu_);
+    Announce(usable);
     if (swa_ready && !swa_reported_) sink_({FetchEvent::Type::kSwaReady, 0, 0});
   }
 
  private:
-  void AnnounceLocked(size_t prefix) {
+  void Announce(size_t prefix) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (prefix > 0) {
       for (size_t b = 0; b < prefix; ++b) {
         if (announced_ >= groups_[b].size() || !groups_[b][announced_]) return;
@@ -229,10 +230,10 @@ class FetchEvents {
   }
 
   const std::function<void(const FetchEvent&)>& sink_;
-  std::mutex mu_;
-  std::vector<std::vector<bool>> groups_;
-  uint32_t announced_ = 0;
-  bool swa_reported_ = false;
+  Mutex mu_;
+  std::vector<std::vector<bool>> groups_ ABSL_GUARDED_BY(mu_);
+  uint32_t announced_ ABSL_GUARDED_BY(mu_) = 0;
+  bool swa_reported_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class ClusterStore final : public Store {
@@ -255,7 +256,7 @@ class ClusterStore final : public Store {
     membership_->Unsubscribe(subscription_);
     std::vector<LeaseId> pending;
     {
-      std::lock_guard lock(leases_mu_);
+      MutexLock lock(leases_mu_);
       for (const auto& [id, w] : write_leases_) pending.push_back(id);
     }
     for (LeaseId id : pending) (void)Abort(id);
@@ -331,7 +332,8 @@ class ClusterStore final : public Store {
   // and answers); anything else is an answer.
   static void Heard(const NodeConn& node, bool reads, const Status& st, Nanos started);
 
-  static void StrikeLocked(NodeLink& link, const Status& st, Nanos now);
+  static void Strike(NodeLink& link, const Status& st, Nanos now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
 
   // Per node of the view: not answering (being skipped, or probed). Such a
   // node takes no new blocks until it answers again. `or_catching_up`: also
@@ -399,18 +401,21 @@ class ClusterStore final : public Store {
   TaskPool pool_;
   uint64_t subscription_ = 0;
 
-  std::mutex refresh_mu_;
-  bool heard_ = false;  // a listener call refreshed the view (refresh_mu_)
-  mutable std::mutex view_mu_;
-  std::shared_ptr<const View> view_;
+  Mutex refresh_mu_;
+  // A listener call refreshed the view.
+  bool heard_ ABSL_GUARDED_BY(refresh_mu_) = false;
+  mutable Mutex view_mu_;
+  std::shared_ptr<const View> view_ ABSL_GUARDED_BY(view_mu_);
 
-  std::mutex ns_mu_;
-  std::string ns_;  // the caller's namespace, as the nodes map the token
+  Mutex ns_mu_;
+  // The caller's namespace, as the nodes map the token.
+  std::string ns_ ABSL_GUARDED_BY(ns_mu_);
 
   std::atomic<LeaseId> next_lease_{1};
-  std::mutex leases_mu_;
-  std::unordered_map<LeaseId, std::shared_ptr<ReadLease>> read_leases_;
-  std::unordered_map<LeaseId, std::shared_ptr<WriteLease>> write_leases_;
+  Mutex leases_mu_;
+  std::unordered_map<LeaseId, std::shared_ptr<ReadLease>> read_leases_ ABSL_GUARDED_BY(leases_mu_);
+  std::unordered_map<LeaseId, std::shared_ptr<WriteLease>> write_leases_
+      ABSL_GUARDED_BY(leases_mu_);
 };
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "util/mutex.h"
 
 namespace strata::cluster {
 namespace {
@@ -69,16 +70,16 @@ class EndpointSlot {
   explicit EndpointSlot(std::string target) : target_(std::move(target)), conn_(Connect(target_)) {}
 
   std::shared_ptr<Endpoint> Get() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return conn_;
   }
   void Answered() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     failing_since_.reset();
   }
   void Failed() {
     const auto now = std::chrono::steady_clock::now();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!failing_since_) {
       failing_since_ = now;
     } else if (now - *failing_since_ > kReplaceFailingChannelAfter) {
@@ -89,7 +90,7 @@ class EndpointSlot {
 
  private:
   const std::string target_;  // host:port
-  std::mutex mu_;
+  Mutex mu_;
   std::shared_ptr<Endpoint> conn_;
   std::optional<std::chrono::steady_clock::time_point> failing_since_;
 };
@@ -429,7 +430,7 @@ class PrefixWatch final : public EtcdWatch {
 
   ~PrefixWatch() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
       if (ctx_ != nullptr) ctx_->TryCancel();
     }
@@ -468,7 +469,7 @@ class PrefixWatch final : public EtcdWatch {
     // would stay open and silent, and membership would freeze.
     ctx->AddMetadata("hasleader", "true");
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return false;
       ctx_ = ctx;
     }
@@ -510,7 +511,7 @@ class PrefixWatch final : public EtcdWatch {
     if (abandoned) ctx->TryCancel();
     grpc::Status finished = stream->Finish();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ctx_.reset();
     }
     if (!Stopping()) {
@@ -522,7 +523,7 @@ class PrefixWatch final : public EtcdWatch {
   }
 
   bool Stopping() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return stopping_;
   }
 
@@ -531,8 +532,8 @@ class PrefixWatch final : public EtcdWatch {
   }
 
   void Pause(std::chrono::milliseconds* backoff) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, *backoff, [&] { return stopping_; });
+    MutexLock lock(mu_);
+    cv_.wait_for(lock.native(), *backoff, [&] { return stopping_; });
     *backoff = std::min(*backoff * 2, std::chrono::milliseconds(kMaxReconnectBackoffMs));
   }
 
@@ -540,7 +541,7 @@ class PrefixWatch final : public EtcdWatch {
   const std::string prefix_;
   EtcdWatchHandler handler_;
   std::atomic<uint64_t> resets_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   std::shared_ptr<grpc::ClientContext> ctx_;

@@ -15,6 +15,7 @@
 
 #include "cluster/etcd_client.h"
 #include "strata/v1/cluster.pb.h"
+#include "util/mutex.h"
 
 namespace strata {
 namespace cluster {
@@ -116,16 +117,16 @@ class EtcdMembership final : public Membership {
   ~EtcdMembership() override { watch_.reset(); }
 
   std::vector<NodeInfo> Nodes() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return nodes_;
   }
   ClusterSettings Settings() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return settings_;
   }
 
   uint64_t Subscribe(Listener listener) override {
-    std::lock_guard lock(listeners_mu_);
+    MutexLock lock(listeners_mu_);
     const uint64_t id = ++next_listener_;
     listeners_.emplace(id, std::move(listener));
     return id;
@@ -133,13 +134,13 @@ class EtcdMembership final : public Membership {
 
   void Unsubscribe(uint64_t id) override {
     {
-      std::lock_guard lock(listeners_mu_);
+      MutexLock lock(listeners_mu_);
       listeners_.erase(id);
     }
     // Wait out a notification in progress, unless this is that
     // notification's own thread (a listener that unsubscribes itself).
     if (notifying_thread_.load() != std::this_thread::get_id()) {
-      std::lock_guard wait(notify_mu_);
+      MutexLock wait(notify_mu_);
     }
   }
 
@@ -149,7 +150,7 @@ class EtcdMembership final : public Membership {
     std::map<std::string, std::string> kvs;
     for (const EtcdKeyValue& kv : range.kvs) kvs[kv.key] = kv.value;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       kvs_ = std::move(kvs);
     }
     Rebuild();
@@ -157,7 +158,7 @@ class EtcdMembership final : public Membership {
 
   void Apply(const std::vector<EtcdEvent>& events) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (const EtcdEvent& e : events) {
         if (e.type == EtcdEvent::Type::kPut) {
           kvs_[e.kv.key] = e.kv.value;
@@ -177,7 +178,7 @@ class EtcdMembership final : public Membership {
     ClusterSettings settings;
     bool changed = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (const auto& [key, value] : kvs_) {
         if (key.starts_with(nodes_prefix)) {
           const std::string id = key.substr(nodes_prefix.size());
@@ -214,17 +215,17 @@ class EtcdMembership final : public Membership {
   }
 
   void Notify(const std::vector<NodeInfo>& nodes) {
-    std::lock_guard hold(notify_mu_);
+    MutexLock hold(notify_mu_);
     notifying_thread_.store(std::this_thread::get_id());
     std::vector<uint64_t> ids;
     {
-      std::lock_guard lock(listeners_mu_);
+      MutexLock lock(listeners_mu_);
       for (const auto& [id, fn] : listeners_) ids.push_back(id);
     }
     for (uint64_t id : ids) {
       Listener fn;
       {
-        std::lock_guard lock(listeners_mu_);
+        MutexLock lock(listeners_mu_);
         auto it = listeners_.find(id);
         if (it == listeners_.end()) continue;  // unsubscribed meanwhile
         fn = it->second;
@@ -238,16 +239,16 @@ class EtcdMembership final : public Membership {
   std::unique_ptr<EtcdClient> client_;
   std::unique_ptr<EtcdWatch> watch_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, std::string> kvs_;
   std::vector<NodeInfo> nodes_;
   ClusterSettings settings_;
   std::set<std::string> warned_;  // bad values already logged
 
-  std::mutex listeners_mu_;
+  Mutex listeners_mu_;
   std::map<uint64_t, Listener> listeners_;
   uint64_t next_listener_ = 0;
-  std::mutex notify_mu_;  // held while listeners run
+  Mutex notify_mu_;  // held while listeners run
   std::atomic<std::thread::id> notifying_thread_{};
 };
 

@@ -1,6 +1,7 @@
 // Node health: the membership view, one client per node, skipping a node
 // that stops answering and probing it back.
 #include "cluster/cluster_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -20,12 +21,12 @@ Status ClusterStore::Connect() {
 }
 
 std::shared_ptr<const View> ClusterStore::Snapshot() const {
-  std::lock_guard lock(view_mu_);
+  MutexLock lock(view_mu_);
   return view_;
 }
 
 void ClusterStore::Refresh(const std::vector<NodeInfo>& nodes, bool heard) {
-  std::lock_guard refresh(refresh_mu_);
+  MutexLock refresh(refresh_mu_);
   if (!heard && heard_) return;
   heard_ = heard_ || heard;
   auto view = std::make_shared<View>(nodes);
@@ -44,13 +45,13 @@ void ClusterStore::Refresh(const std::vector<NodeInfo>& nodes, bool heard) {
     if (link == nullptr) link = std::make_shared<NodeLink>();
     view->conns.push_back(std::make_shared<NodeConn>(info, std::move(link)));
   }
-  std::lock_guard lock(view_mu_);
+  MutexLock lock(view_mu_);
   view_ = std::move(view);
 }
 
 Result<std::shared_ptr<NodeClient>> ClusterStore::Client(const NodeConn& node, bool probe) {
   NodeLink& link = *node.link;
-  std::unique_lock lock(link.mu);
+  MutexLock lock(link.mu);
   // Named only on the way out with an error: the usual call returns the client.
   auto who = [&] { return "node " + node.info.node_id + " (" + node.info.address + ")"; };
   if (!probe) {
@@ -70,13 +71,13 @@ Result<std::shared_ptr<NodeClient>> ClusterStore::Client(const NodeConn& node, b
   if (link.client != nullptr) return link.client;
   if (link.connecting) return Unavailable(who() + " is being connected");
   link.connecting = true;
-  lock.unlock();  // connecting may take a call deadline
+  lock.Unlock();  // connecting may take a call deadline
   ClientOptions options = node_options_;
   options.timeout = call_timeout_;
   Result<std::unique_ptr<NodeClient>> client = ConnectNode(node.info.address, options);
   Status refused;
   if (client.ok()) {
-    std::lock_guard ns_lock(ns_mu_);
+    MutexLock ns_lock(ns_mu_);
     if (ns_.empty()) ns_ = (*client)->caller_namespace();
     if (ns_ != (*client)->caller_namespace()) {
       refused = Internal(who() + " maps this token to another namespace than its peers");
@@ -84,10 +85,10 @@ Result<std::shared_ptr<NodeClient>> ClusterStore::Client(const NodeConn& node, b
   } else {
     refused = Status(client.status().code(), who() + ": " + client.status().message());
   }
-  lock.lock();
+  lock.Lock();
   link.connecting = false;
   if (!refused.ok()) {
-    StrikeLocked(link, refused, SteadyClock().Now());
+    Strike(link, refused, SteadyClock().Now());
     return refused;
   }
   link.client = std::move(client).value();
@@ -99,7 +100,7 @@ void ClusterStore::Heard(const NodeConn& node, bool reads, const Status& st, Nan
                       (reads && st.code() == StatusCode::kUnavailable);
   if (!silent && st.code() == StatusCode::kUnavailable) return;
   NodeLink& link = *node.link;
-  std::lock_guard lock(link.mu);
+  MutexLock lock(link.mu);
   const Nanos now = SteadyClock().Now();
   if (!silent) {
     if (link.skip_for > 0) {
@@ -114,10 +115,10 @@ void ClusterStore::Heard(const NodeConn& node, bool reads, const Status& st, Nan
   // Calls that were in flight when the node was struck, or when it
   // answered again, fail late: not news.
   if (started < link.cleared_at || (link.skip_for > 0 && started < link.struck_at)) return;
-  StrikeLocked(link, Status(st.code(), "not answering (" + st.message() + ")"), now);
+  Strike(link, Status(st.code(), "not answering (" + st.message() + ")"), now);
 }
 
-void ClusterStore::StrikeLocked(NodeLink& link, const Status& st, Nanos now) {
+void ClusterStore::Strike(NodeLink& link, const Status& st, Nanos now) {
   if (link.skip_for == 0) link.down_since = now;
   link.skip_for = link.skip_for == 0 ? kFirstSkip : std::min(2 * link.skip_for, kMaxSkip);
   link.skip_until = now + link.skip_for;
@@ -130,7 +131,7 @@ std::vector<bool> ClusterStore::Down(const View& view, bool or_catching_up) {
   std::vector<bool> down(view.conns.size(), false);
   for (size_t i = 0; i < view.conns.size(); ++i) {
     NodeLink& link = *view.conns[i]->link;
-    std::lock_guard lock(link.mu);
+    MutexLock lock(link.mu);
     down[i] = link.skip_for > 0 || (or_catching_up && now < link.catch_up_until);
   }
   return down;
@@ -151,11 +152,11 @@ void ClusterStore::AddProbes(const std::vector<std::shared_ptr<NodeConn>>& displ
 
 Result<std::string> ClusterStore::Namespace() {
   {
-    std::lock_guard lock(ns_mu_);
+    MutexLock lock(ns_mu_);
     if (!ns_.empty()) return ns_;
   }
   STRATA_RETURN_IF_ERROR(Connect());
-  std::lock_guard lock(ns_mu_);
+  MutexLock lock(ns_mu_);
   return ns_;
 }
 

@@ -1,4 +1,5 @@
 #include "cluster/node_registration.h"
+#include "util/mutex.h"
 
 #include <spdlog/spdlog.h>
 
@@ -55,22 +56,22 @@ NodeRegistration::~NodeRegistration() {
 }
 
 bool NodeRegistration::Stopping() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stopping_;
 }
 
 bool NodeRegistration::registered() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return lease_ != 0;
 }
 
 uint64_t NodeRegistration::registrations() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return registrations_;
 }
 
 int64_t NodeRegistration::lease_id() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return lease_;
 }
 
@@ -87,7 +88,7 @@ Status NodeRegistration::Register() {
   }
   uint64_t n = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     lease_ = lease->id;
     written_draining_ = draining;
     n = ++registrations_;
@@ -109,7 +110,7 @@ void NodeRegistration::Run() {
     int64_t lease = 0;
     bool written_draining = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       lease = lease_;
       written_draining = written_draining_;
     }
@@ -137,7 +138,7 @@ void NodeRegistration::Run() {
         record.info.draining = draining;
         const Status put = client_->Put(key_, EncodeNodeRecord(record), lease);
         if (put.ok()) {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           written_draining_ = draining;
           spdlog::info("event=etcd_record_updated key={} draining={}", key_, draining);
           record_failure_logged = false;
@@ -181,15 +182,15 @@ void NodeRegistration::Run() {
       }
       if (lost) {
         spdlog::warn("event=etcd_lease_lost key={} lease={}", key_, lease);
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         lease_ = 0;
         continue;
       }
       pause = std::clamp(std::chrono::duration_cast<milliseconds>(next_keepalive - Clock::now()),
                          milliseconds(1), kPollInterval);
     }
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, pause, [&] { return stopping_; });
+    MutexLock lock(mu_);
+    cv_.wait_for(lock.native(), pause, [&] { return stopping_; });
   }
 }
 
@@ -218,7 +219,7 @@ Status NodeRegistration::CheckKey(int64_t lease, bool draining) {
     return Status::Ok();
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     written_draining_ = draining;
     ++registrations_;
   }
@@ -228,7 +229,7 @@ Status NodeRegistration::CheckKey(int64_t lease, bool draining) {
 
 Status NodeRegistration::Deregister() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (deregistered_) return Status::Ok();
     deregistered_ = true;
     stopping_ = true;
@@ -237,7 +238,7 @@ Status NodeRegistration::Deregister() {
   if (thread_.joinable()) thread_.join();
   int64_t lease = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     lease = lease_;
     lease_ = 0;
   }

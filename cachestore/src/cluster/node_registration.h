@@ -20,6 +20,7 @@
 #include "cluster/etcd_client.h"
 #include "cluster/etcd_membership.h"
 #include "strata/status.h"
+#include "util/mutex.h"
 
 namespace strata::cluster {
 
@@ -68,7 +69,7 @@ class NodeRegistration {
   const std::string key_;
   std::unique_ptr<EtcdClient> client_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   bool deregistered_ = false;

@@ -1,6 +1,7 @@
 // Leases: renewal and abort, and read-lease releases batched into the next
 // call (or a flush within milliseconds).
 #include "remote/remote_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -16,13 +17,13 @@ Status RemoteStore::RenewLease(LeaseId lease, Nanos ttl) {
            /*idempotent=*/true));
   const Nanos expiry = sent + Nanos{resp.ttl_ms()} * kNanosPerMilli;
   {
-    std::lock_guard lock(staged_mu_);
+    MutexLock lock(staged_mu_);
     if (auto it = staged_.find(lease); it != staged_.end()) {
       it->second.expiry = expiry;
       it->second.ttl = Nanos{resp.ttl_ms()} * kNanosPerMilli;
     }
   }
-  std::lock_guard lock(leases_mu_);
+  MutexLock lock(leases_mu_);
   if (auto it = lease_expiry_.find(lease); it != lease_expiry_.end()) it->second = expiry;
   return Status::Ok();
 }
@@ -31,15 +32,15 @@ void RemoteStore::Release(LeaseId lease) {
   if (lease == 0) return;
   {
     // A released reservation is aborted by the node: its buffers go.
-    std::lock_guard lock(staged_mu_);
+    MutexLock lock(staged_mu_);
     staged_.erase(lease);
   }
   {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     lease_expiry_.erase(lease);
   }
   {
-    std::lock_guard lock(release_mu_);
+    MutexLock lock(release_mu_);
     // Past the cap the oldest are dropped: they still end at expiry.
     if (releases_.size() >= kMaxQueuedReleases) releases_.erase(releases_.begin());
     releases_.push_back(lease);
@@ -49,11 +50,11 @@ void RemoteStore::Release(LeaseId lease) {
 
 Status RemoteStore::Abort(LeaseId lease) {
   {
-    std::lock_guard lock(staged_mu_);
+    MutexLock lock(staged_mu_);
     staged_.erase(lease);
   }
   {
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     lease_expiry_.erase(lease);
   }
   v1::AbortRequest req;
@@ -65,14 +66,19 @@ Status RemoteStore::Abort(LeaseId lease) {
 
 void RemoteStore::FlushReleases() {
   constexpr auto kReleaseDelay = std::chrono::milliseconds(2);
-  std::unique_lock lock(release_mu_);
+  MutexLock lock(release_mu_);
   while (true) {
-    release_cv_.wait(lock, [&] { return stopping_ || !releases_.empty(); });
-    if (!stopping_) release_cv_.wait_for(lock, kReleaseDelay, [&] { return stopping_; });
+    release_cv_.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(release_mu_) {
+      return stopping_ || !releases_.empty();
+    });
+    if (!stopping_) {
+      release_cv_.wait_for(lock.native(), kReleaseDelay,
+                           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(release_mu_) { return stopping_; });
+    }
     std::vector<LeaseId> batch;
     batch.swap(releases_);
     if (batch.empty() && stopping_) return;
-    lock.unlock();
+    lock.Unlock();
     // One Abort call per kMaxReleasesPerMatch leases; failures are not
     // retried (a node that is down took its leases with it, and an
     // unreachable one lets them expire).
@@ -85,12 +91,12 @@ void RemoteStore::FlushReleases() {
       (void)Call([&](grpc::ClientContext* c) { return stub_->Abort(c, req, &resp); },
                  /*idempotent=*/true);
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
 bool RemoteStore::LeaseEnded(LeaseId lease) {
-  std::lock_guard lock(leases_mu_);
+  MutexLock lock(leases_mu_);
   auto it = lease_expiry_.find(lease);
   return it != lease_expiry_.end() && SteadyClock().Now() >= it->second;
 }

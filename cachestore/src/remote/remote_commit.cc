@@ -1,6 +1,7 @@
 // Commit to a node: reserve (staged here or not), write the bytes over the
 // data plane, publish.
 #include "remote/remote_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -45,7 +46,7 @@ Result<Reservation> RemoteStore::ReserveStaged(const ModelId& model,
   if (out.write_lease != 0) {
     staged.expiry = out.expiry;
     staged.ttl = Nanos{resp.ttl_ms()} * kNanosPerMilli;
-    std::lock_guard lock(staged_mu_);
+    MutexLock lock(staged_mu_);
     // Reservations neither published nor aborted for one more lease TTL
     // past their expiry (the node dropped them then): their buffers go.
     const Nanos now = SteadyClock().Now();
@@ -121,7 +122,7 @@ Result<PublishResult> RemoteStore::Commit(const ModelId& model,
 }
 
 std::optional<RemoteStore::Staged> RemoteStore::TakeStaged(LeaseId write_lease) {
-  std::lock_guard lock(staged_mu_);
+  MutexLock lock(staged_mu_);
   auto it = staged_.find(write_lease);
   if (it == staged_.end()) return std::nullopt;
   std::optional<Staged> staged = std::move(it->second);

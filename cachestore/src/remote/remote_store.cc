@@ -1,6 +1,7 @@
 // Match over the control plane, opening a remote store, deriving chain keys
 // on the client.
 #include "remote/remote_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -16,7 +17,7 @@ Result<MatchResult> RemoteStore::MatchKeys(const MatchKeysRequest& req) {
   v1::MatchRequest wire_req = wire::EncodeMatchRequest(req);
   {
     // Queued releases ride along (lost if the call fails: they expire).
-    std::lock_guard lock(release_mu_);
+    MutexLock lock(release_mu_);
     const size_t n = std::min(releases_.size(), kMaxReleasesPerMatch);
     for (size_t i = releases_.size() - n; i < releases_.size(); ++i) {
       wire_req.add_release_leases(releases_[i]);
@@ -44,7 +45,7 @@ Result<MatchResult> RemoteStore::MatchKeys(const MatchKeysRequest& req) {
   seen_instance_.store(resp.instance_id());
   if (result->lease != 0) {
     result->lease_expiry = sent + Nanos{resp.lease_ttl_ms()} * kNanosPerMilli;
-    std::lock_guard lock(leases_mu_);
+    MutexLock lock(leases_mu_);
     if (lease_expiry_.size() >= kMaxTrackedLeases) {
       // Leases never released end on the node by themselves; forget them.
       std::erase_if(lease_expiry_, [&](const auto& kv) { return kv.second <= sent; });

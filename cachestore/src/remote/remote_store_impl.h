@@ -32,6 +32,7 @@
 #include "strata/v1/cache.grpc.pb.h"
 #include "util/copy_pool.h"
 #include "util/file_util.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -84,7 +85,7 @@ class RemoteStore final : public NodeClient {
 
   ~RemoteStore() override {
     {
-      std::lock_guard lock(release_mu_);
+      MutexLock lock(release_mu_);
       stopping_ = true;
     }
     release_cv_.notify_all();
@@ -92,7 +93,7 @@ class RemoteStore final : public NodeClient {
     // Reservations staged here and never published: tell the node.
     std::vector<LeaseId> pending;
     {
-      std::lock_guard lock(staged_mu_);
+      MutexLock lock(staged_mu_);
       for (const auto& [lease, staged] : staged_) pending.push_back(lease);
     }
     for (LeaseId lease : pending) (void)Abort(lease);
@@ -153,16 +154,16 @@ class RemoteStore final : public NodeClient {
   class DataPlaneTurn {
    public:
     DataPlaneTurn(RemoteStore& store, Nanos deadline) : store_(store) {
-      std::unique_lock lock(store_.dp_mu_);
+      MutexLock lock(store_.dp_mu_);
       held_ = store_.dp_turn_cv_.wait_until(
-          lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline)),
-          [&] { return !store_.dp_taken_; });
+          lock.native(), std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline)),
+          [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_.dp_mu_) { return !store_.dp_taken_; });
       if (held_) store_.dp_taken_ = true;
     }
     ~DataPlaneTurn() {
       if (!held_) return;
       {
-        std::lock_guard lock(store_.dp_mu_);
+        MutexLock lock(store_.dp_mu_);
         store_.dp_taken_ = false;
       }
       store_.dp_turn_cv_.notify_one();
@@ -271,29 +272,29 @@ class RemoteStore final : public NodeClient {
 
   // The data plane: dp_taken_ (under dp_mu_) says whose turn it is
   // (DataPlaneTurn); only the turn's holder touches what follows.
-  std::mutex dp_mu_;
+  Mutex dp_mu_;
   std::condition_variable dp_turn_cv_;
-  bool dp_taken_ = false;
+  bool dp_taken_ ABSL_GUARDED_BY(dp_mu_) = false;
   std::unique_ptr<dataplane::DataPlaneClient> dp_;
   uint64_t region_bytes_ = 0;  // of the node's arena
 
   uint64_t dp_instance_ = 0;                // the node process dp_ talks to
   std::atomic<uint64_t> seen_instance_{0};  // the one that answered last
 
-  std::mutex staged_mu_;
-  std::unordered_map<LeaseId, Staged> staged_;
+  Mutex staged_mu_;
+  std::unordered_map<LeaseId, Staged> staged_ ABSL_GUARDED_BY(staged_mu_);
 
   // Read leases we hold and when they end: RMA reads bypass the node, so
   // the client refuses to read under a lease it knows has ended.
-  std::mutex leases_mu_;
-  std::unordered_map<LeaseId, Nanos> lease_expiry_;
+  Mutex leases_mu_;
+  std::unordered_map<LeaseId, Nanos> lease_expiry_ ABSL_GUARDED_BY(leases_mu_);
 
   // Released read leases not yet sent (see Release and FlushReleases).
   static constexpr size_t kMaxQueuedReleases = 4096;
-  std::mutex release_mu_;
+  Mutex release_mu_;
   std::condition_variable release_cv_;
-  std::vector<LeaseId> releases_;
-  bool stopping_ = false;
+  std::vector<LeaseId> releases_ ABSL_GUARDED_BY(release_mu_);
+  bool stopping_ ABSL_GUARDED_BY(release_mu_) = false;
   std::thread release_flusher_;  // last: starts once everything above exists
 };
 

@@ -1,12 +1,13 @@
 // The eviction order: queued touches, the LRU or deadline queues, the
 // ghost of evicted entries, the in-memory index and retiring records.
 #include "ssd/ssd_tier_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 void SsdTier::Impl::QueueTouch(QueuedTouch t) {
   {
-    std::lock_guard lock(touch_mu);
+    MutexLock lock(touch_mu);
     if (touches.size() < kMaxQueuedTouches) {
       touches.push_back(std::move(t));
       return;
@@ -14,29 +15,29 @@ void SsdTier::Impl::QueueTouch(QueuedTouch t) {
   }
   // Full: apply the queue and this touch if `mu` is free now; if not, this
   // touch is lost (order is a hint; eviction stays correct either way).
-  std::unique_lock lock(mu, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  ApplyTouchesLocked();
-  ApplyTouchLocked(t);
+  if (!mu.try_lock()) return;
+  MutexLock lock(mu, std::adopt_lock);
+  ApplyTouches();
+  ApplyTouch(t);
 }
 
-void SsdTier::Impl::ApplyTouchesLocked() {
+void SsdTier::Impl::ApplyTouches() {
   std::vector<QueuedTouch> batch;
   {
-    std::lock_guard lock(touch_mu);
+    MutexLock lock(touch_mu);
     batch.swap(touches);
   }
-  for (const QueuedTouch& t : batch) ApplyTouchLocked(t);
+  for (const QueuedTouch& t : batch) ApplyTouch(t);
 }
 
-void SsdTier::Impl::ApplyTouchLocked(const QueuedTouch& t) {
+void SsdTier::Impl::ApplyTouch(const QueuedTouch& t) {
   auto it = records.find(t.key);
   if (it == records.end()) return;
   Record& r = *it->second;
-  ReorderLocked(r, [&] { ChangeForTouchLocked(r, t); });
+  Reorder(r, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { ChangeForTouch(r, t); });
 }
 
-void SsdTier::Impl::ChangeForTouchLocked(Record& r, const QueuedTouch& t) {
+void SsdTier::Impl::ChangeForTouch(Record& r, const QueuedTouch& t) {
   r.meta.last_access = std::max(r.meta.last_access, t.at);
   r.order = std::max(r.order, t.order);
   if (!model.has_value()) return;
@@ -69,7 +70,7 @@ void SsdTier::Impl::ChangeForTouchLocked(Record& r, const QueuedTouch& t) {
   model->Start(HoldTimeModel::ClassOf(r.uses), r.meta.extent_bytes);
 }
 
-void SsdTier::Impl::PlaceNewLocked(const std::string& key, Record& r) {
+void SsdTier::Impl::PlaceNew(const std::string& key, Record& r) {
   if (!model.has_value()) return;
   r.tick = model->Advance();
   r.above = true;
@@ -81,13 +82,13 @@ void SsdTier::Impl::PlaceNewLocked(const std::string& key, Record& r) {
   }
 }
 
-std::pair<size_t, uint64_t> SsdTier::Impl::QueueOfLocked(const Record& r) const {
+std::pair<size_t, uint64_t> SsdTier::Impl::QueueOf(const Record& r) const {
   if (!model.has_value()) return {0, static_cast<uint64_t>(r.meta.last_access)};
   if (r.above) return {kShadowQueue, r.tick};
   return {static_cast<size_t>(HoldTimeModel::ClassOf(r.uses)), r.tick};
 }
 
-std::vector<uint64_t> SsdTier::Impl::RankOffsetsLocked() const {
+std::vector<uint64_t> SsdTier::Impl::RankOffsets() const {
   std::vector<uint64_t> offsets(kShadowQueue + 1, 0);
   if (!model.has_value()) return offsets;
   for (int c = 0; c < HoldTimeModel::kClasses; ++c) offsets[c] = model->hold(c);
@@ -96,39 +97,39 @@ std::vector<uint64_t> SsdTier::Impl::RankOffsetsLocked() const {
   return offsets;
 }
 
-void SsdTier::Impl::EnqueueLocked(Record& r) {
-  const auto [queue, time] = QueueOfLocked(r);
+void SsdTier::Impl::Enqueue(Record& r) {
+  const auto [queue, time] = QueueOf(r);
   r.queue = static_cast<uint8_t>(queue);
   r.queued = {time, r.order, r.queued.key, &r};
   queues.Insert(queue, r.queued);
   if (queue == kShadowQueue) shadow_bytes += r.meta.extent_bytes;
 }
 
-void SsdTier::Impl::DequeueLocked(Record& r) {
+void SsdTier::Impl::Dequeue(Record& r) {
   queues.Erase(r.queue, r.queued);
   if (r.queue == kShadowQueue) shadow_bytes -= r.meta.extent_bytes;
 }
 
-void SsdTier::Impl::IndexLocked(const std::string& key, Record& r) {
+void SsdTier::Impl::IndexRecord(const std::string& key, Record& r) {
   r.queued.key = &key;
   by_expiry.insert(&r);
-  EnqueueLocked(r);
+  Enqueue(r);
 }
 
-void SsdTier::Impl::UnindexLocked(Record& r) {
+void SsdTier::Impl::UnindexRecord(Record& r) {
   if (r.queued.key == nullptr) return;
-  DequeueLocked(r);
+  Dequeue(r);
   by_expiry.erase(&r);
   r.queued.key = nullptr;
 }
 
-double SsdTier::Impl::ModelCapacityLocked(uint64_t shadow_bytes) const {
+double SsdTier::Impl::ModelCapacity(uint64_t shadow_bytes) const {
   const double average =
-      static_cast<double>(CapacityLocked()) * (opts.low_watermark + opts.high_watermark) / 2;
+      static_cast<double>(Capacity()) * (opts.low_watermark + opts.high_watermark) / 2;
   return std::max(average - static_cast<double>(shadow_bytes), average / 8);
 }
 
-void SsdTier::Impl::RememberEvictedLocked(const std::string& key, const Record& r) {
+void SsdTier::Impl::RememberEvicted(const std::string& key, const Record& r) {
   if (!model.has_value()) return;
   ghosts.Add(std::hash<std::string>{}(key), 0, Pack({r.tick, r.uses, r.open}),
              std::max(kGhostFactor * records.size(), kMinGhosts));
@@ -144,18 +145,18 @@ SsdTier::Impl::GhostState SsdTier::Impl::Unpack(uint64_t v) {
           (v >> 63) != 0};
 }
 
-uint64_t SsdTier::Impl::UsedLocked() const {
+uint64_t SsdTier::Impl::Used() const {
   uint64_t used = 0;
   for (const SsdSpace& s : space) used += s.used_bytes();
   return used;
 }
 
-void SsdTier::Impl::PublishGaugesLocked() {
-  m.used_bytes->Set(static_cast<int64_t>(UsedLocked()));
+void SsdTier::Impl::PublishGauges() {
+  m.used_bytes->Set(static_cast<int64_t>(Used()));
   m.entries->Set(static_cast<int64_t>(records.size()));
 }
 
-std::optional<std::pair<uint32_t, uint64_t>> SsdTier::Impl::AllocateLocked(uint64_t bytes) {
+std::optional<std::pair<uint32_t, uint64_t>> SsdTier::Impl::AllocateRun(uint64_t bytes) {
   for (uint32_t i = 0; i < space.size(); ++i) {
     const uint32_t f = (next_file + i) % static_cast<uint32_t>(space.size());
     if (auto off = space[f].Allocate(bytes)) {
@@ -166,29 +167,29 @@ std::optional<std::pair<uint32_t, uint64_t>> SsdTier::Impl::AllocateLocked(uint6
   return std::nullopt;
 }
 
-void SsdTier::Impl::MaybeFreeLocked(Record& r) {
+void SsdTier::Impl::MaybeFree(Record& r) {
   if (r.retired && r.index_gone && r.readers == 0 && !r.freed) {
     space[r.meta.file].Free(r.meta.offset, r.meta.extent_bytes);
     r.freed = true;
   }
 }
 
-bool SsdTier::Impl::UndeletedLocked(const std::string& key) const {
+bool SsdTier::Impl::Undeleted(const std::string& key) const {
   return std::any_of(undeleted.begin(), undeleted.end(),
                      [&](const auto& u) { return u.first == key; });
 }
 
-RecordPtr SsdTier::Impl::RetireLocked(const std::string& key) {
+RecordPtr SsdTier::Impl::Retire(const std::string& key) {
   auto it = records.find(key);
   if (it == records.end()) return nullptr;
   RecordPtr r = it->second;
-  UnindexLocked(*r);
+  UnindexRecord(*r);
   records.erase(it);
   r->retired = true;
   return r;
 }
 
-void SsdTier::Impl::MarkIndexFailedLocked() {
+void SsdTier::Impl::MarkIndexFailed() {
   index_failed.store(true);
   index_retry_at = clock->Now() + opts.write_retry_interval;
 }
@@ -198,14 +199,14 @@ Status SsdTier::Impl::FinishRetire(const std::vector<std::string>& keys,
   if (recs.empty()) return Status::Ok();
   const Status injected =
       opts.before_index_delete_hook ? opts.before_index_delete_hook() : Status::Ok();
-  std::lock_guard index_lock(index_mu);
+  MutexLock index_lock(index_mu);
   // A key written again since its retire has its own index entry now,
   // which already replaced this one's: it must not be deleted.
   // (No key can be rewritten while index_mu is held.)
   std::vector<std::string> deletes;
   std::vector<bool> rewritten(keys.size(), false);
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     for (size_t i = 0; i < keys.size(); ++i) {
       rewritten[i] = records.contains(keys[i]);
       if (!rewritten[i]) deletes.push_back(keys[i]);
@@ -216,8 +217,8 @@ Status SsdTier::Impl::FinishRetire(const std::vector<std::string>& keys,
               : failed_before   ? Unavailable("the SSD index failed earlier")
               : deletes.empty() ? Status::Ok()
                                 : index->Apply({}, deletes, /*sync=*/true);
-  if (!st.ok() && !failed_before) MarkIndexFailedLocked();  // RocksDB errors are sticky
-  std::lock_guard lock(mu);
+  if (!st.ok() && !failed_before) MarkIndexFailed();  // RocksDB errors are sticky
+  MutexLock lock(mu);
   if (!st.ok()) {
     spdlog::error("ssd: deleting {} index entries failed: {}", keys.size(), st.ToString());
   }
@@ -225,8 +226,8 @@ Status SsdTier::Impl::FinishRetire(const std::vector<std::string>& keys,
     if (st.ok() || rewritten[i]) {
       // Deleted, or its index entry overwritten by the rewrite's.
       recs[i]->index_gone = true;
-      MaybeFreeLocked(*recs[i]);
-    } else if (restore_on_failure && !UndeletedLocked(keys[i]) &&
+      MaybeFree(*recs[i]);
+    } else if (restore_on_failure && !Undeleted(keys[i]) &&
                !erased_while_evicting.contains(keys[i])) {
       // Still indexed: serve them rather than leak their space (and
       // evict nothing more: MakeRoom stops once the index failed). Not
@@ -234,7 +235,7 @@ Status SsdTier::Impl::FinishRetire(const std::vector<std::string>& keys,
       // the record would pass for a rewrite and spare the key that delete.
       recs[i]->retired = false;
       auto [it, added] = records.emplace(keys[i], recs[i]);
-      if (added) IndexLocked(it->first, *it->second);
+      if (added) IndexRecord(it->first, *it->second);
     } else {
       undeleted.emplace_back(keys[i], recs[i]);
     }
@@ -248,7 +249,7 @@ Status SsdTier::Impl::FinishRetire(const std::vector<std::string>& keys,
       }
     }
   }
-  PublishGaugesLocked();
+  PublishGauges();
   return st;
 }
 

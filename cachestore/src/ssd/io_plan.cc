@@ -1,12 +1,14 @@
 // I/O plumbing of the SSD tier: io_uring rings, planning direct and bounced
 // I/O, free-space reservations, file syncs.
 #include "ssd/ssd_tier_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 UringRing* SsdTier::Impl::AcquireRing() {
-  std::unique_lock lock(rings_mu);
-  rings_cv.wait(lock, [&] { return !idle_rings.empty(); });
+  MutexLock lock(rings_mu);
+  rings_cv.wait(lock.native(),
+                [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(rings_mu) { return !idle_rings.empty(); });
   UringRing* r = idle_rings.back();
   idle_rings.pop_back();
   return r;
@@ -18,7 +20,7 @@ void SsdTier::Impl::ReleaseRing(UringRing* r) {
     auto fresh = UringRing::Create(fds, opts.queue_depth, opts.io_buffer_bytes);
     if (fresh.ok()) {
       spdlog::warn("ssd: an io_uring ring failed; replaced it");
-      std::lock_guard lock(rings_mu);
+      MutexLock lock(rings_mu);
       for (std::unique_ptr<UringRing>& owned : rings) {
         if (owned.get() != r) continue;
         owned = std::move(fresh).value();
@@ -31,7 +33,7 @@ void SsdTier::Impl::ReleaseRing(UringRing* r) {
     }
   }
   {
-    std::lock_guard lock(rings_mu);
+    MutexLock lock(rings_mu);
     idle_rings.push_back(r);
   }
   rings_cv.notify_one();
@@ -72,7 +74,7 @@ uint64_t SsdTier::Impl::UnallocatedBytes(uint32_t file, uint64_t offset, uint64_
 }
 
 Status SsdTier::Impl::ReserveFreeSpace(uint64_t consumes, Reservation* r, bool* full) {
-  std::lock_guard lock(free_mu);
+  MutexLock lock(free_mu);
   // statvfs under free_mu: a reservation is given back only after its
   // batch's writes, so each admitted batch is counted here, in the free
   // space or in reserved_bytes (in both while it is being written).

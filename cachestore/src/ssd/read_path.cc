@@ -1,6 +1,7 @@
 // The read path: pinned records, O_DIRECT reads, verified against the
 // payload checksum (a mismatch drops the entry).
 #include "ssd/ssd_tier_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -11,7 +12,7 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
   std::vector<RecordPtr> recs(reads.size());
   const Nanos now = s.clock->Now();
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     for (size_t i = 0; i < reads.size(); ++i) {
       keys[i] = EncodeSsdKey(reads[i].key);
       auto it = s.records.find(keys[i]);
@@ -92,7 +93,7 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
       spdlog::warn("ssd: checksum mismatch in {} at offset {}; entry dropped", s.paths[meta.file],
                    meta.offset);
       {
-        std::lock_guard lock(s.mu);
+        MutexLock lock(s.mu);
         ++s.checksum_failures;
       }
       s.m.checksum_failures->Increment();
@@ -104,14 +105,14 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
   std::vector<std::pair<std::string, RecordPtr>> access_puts;
   std::vector<std::tuple<std::string, RecordPtr, Counter*>> to_drop;
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     for (size_t i = reads.size(); i-- > 0;) {  // root last: see Record::order
       if (recs[i] == nullptr) continue;
       Record& r = *recs[i];
       --r.readers;
       if (out[i].ok()) {
         s.bytes_read += r.meta.payload_bytes;
-        s.ReorderLocked(r, [&] {
+        s.Reorder(r, [&] {
           r.meta.last_access = now;
           r.order = s.NextOrder();
         });
@@ -122,7 +123,7 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
       } else if (out[i].code() == StatusCode::kNotFound) {
         to_drop.emplace_back(keys[i], recs[i], bad_io[i] ? s.m.evict_io_error : s.m.evict_checksum);
       }
-      s.MaybeFreeLocked(r);
+      s.MaybeFree(r);
     }
   }
   for (const auto& [k, r, reason] : to_drop) s.Drop(k, r, reason);
@@ -130,10 +131,11 @@ std::vector<Status> SsdTier::ReadBatch(std::span<const SsdRead> reads) {
     // Only records still current: one deleted or rewritten since the read
     // keeps what its delete or rewrite wrote. A hint: never worth waiting
     // for another batch's synced index write (a promotion is waiting on us).
-    std::unique_lock index_lock(s.index_mu, std::try_to_lock);
+    if (!s.index_mu.try_lock()) return out;  // the hints wait for the next read
+    MutexLock index_lock(s.index_mu, std::adopt_lock);
     std::vector<std::pair<std::string, SsdEntryMeta>> puts;
-    if (index_lock.owns_lock() && !s.index_failed.load()) {
-      std::lock_guard lock(s.mu);
+    if (!s.index_failed.load()) {
+      MutexLock lock(s.mu);
       for (const auto& [k, r] : access_puts) {
         auto it = s.records.find(k);
         if (it != s.records.end() && it->second == r && !r->retired) puts.emplace_back(k, r->meta);

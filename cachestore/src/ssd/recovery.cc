@@ -1,13 +1,14 @@
 // Opening the tier: the data files, the RocksDB index read back (and
 // reopened after an index failure).
 #include "ssd/ssd_tier_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 bool SsdTier::Impl::RecoverIndex(bool force) {
   if (!index_failed.load() && !force) return true;
   {
-    std::lock_guard index_lock(index_mu);
+    MutexLock index_lock(index_mu);
     if (index_failed.load()) {
       const Nanos now = clock->Now();
       if (!force && now < index_retry_at) return false;
@@ -26,7 +27,7 @@ bool SsdTier::Impl::RecoverIndex(bool force) {
   std::vector<std::string> keys;
   std::vector<RecordPtr> recs;
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     for (auto& [k, r] : undeleted) {
       keys.push_back(std::move(k));
       recs.push_back(std::move(r));
@@ -42,7 +43,7 @@ SsdTier::~SsdTier() {
   // entries back.
   bool undeleted = false;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     undeleted = !impl_->undeleted.empty();
   }
   if (undeleted && !impl_->RecoverIndex(/*force=*/true)) {
@@ -50,7 +51,10 @@ SsdTier::~SsdTier() {
   }
 }
 
-Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
+// The tier is nobody else's until Open returns it: no locks, and no
+// thread-safety analysis.
+Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (options.dir.empty()) return InvalidArgument("the SSD tier needs a directory");
   if (options.data_files == 0 || options.data_files > 64) {
     return InvalidArgument("data_files must be in 1..64");
@@ -151,32 +155,33 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   // undecodable, expired, out of range or overlapping.
   const Nanos now = impl->clock->Now();
   std::vector<std::string> bad;
-  Status scan = impl->index->ForEach([&](std::string_view k, std::string_view v) {
-    std::optional<SsdKey> key = DecodeSsdKey(k);
-    std::optional<SsdEntryMeta> meta = DecodeSsdMeta(v);
-    const bool ok = key.has_value() && meta.has_value() && meta->file < options.data_files &&
-                    meta->offset % kSsdBlockBytes == 0 &&
-                    meta->extent_bytes == SsdIoBytes(meta->payload_bytes) &&
-                    meta->payload_bytes > 0 && meta->payload_bytes <= kMaxSsdPayloadBytes &&
-                    meta->expiry > now &&
-                    impl->space[meta->file].Claim(meta->offset, meta->extent_bytes);
-    if (!ok) {
-      bad.emplace_back(k);
-      return;
-    }
-    auto rec = std::make_shared<Record>();
-    rec->meta = *meta;
-    rec->persisted_access = meta->last_access;
-    impl->models[key->ns].insert(key->model_id);
-    impl->records.emplace(std::string(k), std::move(rec));
-  });
+  Status scan = impl->index->ForEach(
+      [&](std::string_view k, std::string_view v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        std::optional<SsdKey> key = DecodeSsdKey(k);
+        std::optional<SsdEntryMeta> meta = DecodeSsdMeta(v);
+        const bool ok = key.has_value() && meta.has_value() && meta->file < options.data_files &&
+                        meta->offset % kSsdBlockBytes == 0 &&
+                        meta->extent_bytes == SsdIoBytes(meta->payload_bytes) &&
+                        meta->payload_bytes > 0 && meta->payload_bytes <= kMaxSsdPayloadBytes &&
+                        meta->expiry > now &&
+                        impl->space[meta->file].Claim(meta->offset, meta->extent_bytes);
+        if (!ok) {
+          bad.emplace_back(k);
+          return;
+        }
+        auto rec = std::make_shared<Record>();
+        rec->meta = *meta;
+        rec->persisted_access = meta->last_access;
+        impl->models[key->ns].insert(key->model_id);
+        impl->records.emplace(std::string(k), std::move(rec));
+      });
   STRATA_RETURN_IF_ERROR(scan);
   if (!bad.empty()) {
     spdlog::warn("ssd: dropped {} index entries on open (expired or invalid)", bad.size());
     STRATA_RETURN_IF_ERROR(impl->index->Apply({}, bad, /*sync=*/true));
   }
   if (options.eviction_policy == "deadline") {
-    impl->model.emplace(impl->ModelCapacityLocked(0));
+    impl->model.emplace(impl->ModelCapacity(0));
     // Restored entries keep their last-access order and come before
     // anything written from now on.
     std::vector<std::pair<Nanos, Record*>> restored;
@@ -186,9 +191,9 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
     for (size_t i = 0; i < restored.size(); ++i) restored[i].second->tick = i;
     impl->model->StartAt(restored.size());
   }
-  for (auto& [k, r] : impl->records) impl->IndexLocked(k, *r);
-  m.capacity_bytes->Set(static_cast<int64_t>(impl->CapacityLocked()));
-  impl->PublishGaugesLocked();
+  for (auto& [k, r] : impl->records) impl->IndexRecord(k, *r);
+  m.capacity_bytes->Set(static_cast<int64_t>(impl->Capacity()));
+  impl->PublishGauges();
   return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
 }
 

@@ -1,12 +1,13 @@
 // SsdTier (see ssd_tier.h for the durability order): lookups, touches,
 // erase, listing, statistics, test hooks.
 #include "ssd/ssd_tier_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 std::optional<SsdEntryMeta> SsdTier::Lookup(const SsdKey& key) const {
   const std::string k = EncodeSsdKey(key);
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   auto it = impl_->records.find(k);
   if (it == impl_->records.end() || it->second->meta.expiry <= impl_->clock->Now()) {
     return std::nullopt;
@@ -24,21 +25,21 @@ Status SsdTier::Erase(const SsdKey& key) {
   const std::string k = EncodeSsdKey(key);
   RecordPtr r;
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     // An eviction of the key may be deleting it from the index now: if that
     // delete fails, its victim must stay out of memory.
     if (s.evicting.contains(k)) s.erased_while_evicting.insert(k);
-    r = s.RetireLocked(k);
-    if (r == nullptr && !s.UndeletedLocked(k)) return NotFound("not on the SSD tier");
+    r = s.Retire(k);
+    if (r == nullptr && !s.Undeleted(k)) return NotFound("not on the SSD tier");
     if (r != nullptr) s.m.evict_explicit->Increment();
   }
   if (r != nullptr) return s.FinishRetire({k}, {r});
   // Erased already, but the index has not recorded it: not done until it
   // has (a restart would bring the entry back).
   (void)s.RecoverIndex();
-  std::lock_guard lock(s.mu);
-  return s.UndeletedLocked(k) ? Unavailable("the SSD index has not recorded an earlier erase yet")
-                              : Status::Ok();
+  MutexLock lock(s.mu);
+  return s.Undeleted(k) ? Unavailable("the SSD index has not recorded an earlier erase yet")
+                        : Status::Ok();
 }
 
 SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor>& after,
@@ -54,8 +55,8 @@ SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor
     Iter it;
     std::string prefix;
   };
-  std::lock_guard lock(s.mu);
-  s.ApplyTouchesLocked();  // so last_access is current
+  MutexLock lock(s.mu);
+  s.ApplyTouches();  // so last_access is current
   auto models = s.models.find(ns);
   if (models == s.models.end()) return page;
   std::vector<Range> ranges;
@@ -68,7 +69,7 @@ SsdListPage SsdTier::List(std::string_view ns, const std::optional<SsdListCursor
     ranges.push_back(std::move(r));
   }
   // The next unexpired entry of a range, or its end.
-  auto settle = [&](Range& r) {
+  auto settle = [&](Range& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     while (r.it != s.records.end() && r.it->first.starts_with(r.prefix) &&
            r.it->second->meta.expiry <= now) {
       ++r.it;
@@ -114,10 +115,10 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> SsdTier::Find(std::string_view ns,
                                                            StateKind kind) const {
   std::vector<std::pair<SsdKey, SsdEntryMeta>> out;
   const Nanos now = impl_->clock->Now();
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   auto models = impl_->models.find(ns);
   if (models == impl_->models.end()) return out;
-  impl_->ApplyTouchesLocked();
+  impl_->ApplyTouches();
   for (const ModelId& model : models->second) {
     SsdKey key{std::string(ns), model, chain, kind};
     auto it = impl_->records.find(EncodeSsdKey(key));
@@ -133,10 +134,10 @@ uint64_t SsdTier::RunMaintenance() { return impl_->MakeRoom(0, /*ttl=*/true); }
 
 SsdTierStats SsdTier::Stats() const {
   const Impl& s = *impl_;
-  std::lock_guard lock(s.mu);
+  MutexLock lock(s.mu);
   SsdTierStats st;
-  st.capacity_bytes = s.CapacityLocked();
-  st.used_bytes = s.UsedLocked();
+  st.capacity_bytes = s.Capacity();
+  st.used_bytes = s.Used();
   st.entries = s.records.size();
   st.bytes_written = s.bytes_written;
   st.bytes_read = s.bytes_read;
@@ -156,10 +157,10 @@ std::string SsdTier::DataFilePathForTesting(uint32_t file) const {
 
 bool SsdTier::EvictionOrderConsistentForTesting() const {
   const Impl& s = *impl_;
-  std::lock_guard lock(s.mu);
+  MutexLock lock(s.mu);
   uint64_t shadow_bytes = 0;
   for (const auto& [k, r] : s.records) {
-    const auto [queue, time] = s.QueueOfLocked(*r);
+    const auto [queue, time] = s.QueueOf(*r);
     const EvictionQueues<Record>::Position& p = r->queued;
     if (r->queue != queue || p.time != time || p.order != r->order || p.key != &k ||
         p.item != r.get() || !s.queues.Contains(queue, p) || !s.by_expiry.contains(r.get())) {
@@ -172,7 +173,7 @@ bool SsdTier::EvictionOrderConsistentForTesting() const {
 }
 
 void SsdTier::FailNextSubmitsForTesting(int rc) {
-  std::lock_guard lock(impl_->rings_mu);
+  MutexLock lock(impl_->rings_mu);
   for (const std::unique_ptr<UringRing>& r : impl_->rings) r->FailSubmitsForTesting(rc, 1);
 }
 

@@ -38,6 +38,7 @@
 #include "ssd/ssd_space.h"
 #include "ssd/ssd_tier.h"
 #include "ssd/uring_io.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -78,7 +79,7 @@ struct Record {
   uint64_t order = 0;
   // While in the in-memory index: its place in the eviction queues, whose
   // `key` is the record's key there (owned by `records`; null while out of
-  // it). See Impl::IndexLocked.
+  // it). See Impl::IndexRecord.
   EvictionQueues<Record>::Position queued;
   uint8_t queue = 0;
 };
@@ -118,24 +119,24 @@ struct SsdTier::Impl {
   std::vector<int> fds;
   std::vector<std::string> paths;
 
-  std::mutex rings_mu;
+  Mutex rings_mu;
   std::condition_variable rings_cv;
-  std::vector<std::unique_ptr<UringRing>> rings;
-  std::vector<UringRing*> idle_rings;
+  std::vector<std::unique_ptr<UringRing>> rings ABSL_GUARDED_BY(rings_mu);
+  std::vector<UringRing*> idle_rings ABSL_GUARDED_BY(rings_mu);
 
-  mutable std::mutex mu;
+  mutable Mutex mu;
   // Encoded key -> record. Ordered: a namespace's entries under one model
   // are a range in chain key order, which is how admin pages are read.
-  std::map<std::string, RecordPtr, std::less<>> records;
+  std::map<std::string, RecordPtr, std::less<>> records ABSL_GUARDED_BY(mu);
   // Every record in `records`, ranked for eviction (see EvictionQueues),
   // and by expiry; the bytes of shadow copies among them. Under `mu`.
   static constexpr size_t kShadowQueue = HoldTimeModel::kClasses;
-  EvictionQueues<Record> queues{kShadowQueue + 1};  // LRU: queue 0 only
-  absl::btree_set<Record*, ExpiryLess> by_expiry;
-  uint64_t shadow_bytes = 0;
+  EvictionQueues<Record> queues ABSL_GUARDED_BY(mu){kShadowQueue + 1};  // LRU: queue 0 only
+  absl::btree_set<Record*, ExpiryLess> by_expiry ABSL_GUARDED_BY(mu);
+  uint64_t shadow_bytes ABSL_GUARDED_BY(mu) = 0;
   // Every model a namespace stored (never shrinks: a handful, 16 bytes
   // each), so admin lookups by chain key alone need no scan. Under `mu`.
-  std::map<std::string, std::set<ModelId>, std::less<>> models;
+  std::map<std::string, std::set<ModelId>, std::less<>> models ABSL_GUARDED_BY(mu);
   // Uses and renewals recorded by Touch, applied under `mu` before the
   // eviction order is read: Touch runs on the DRAM tier's hot paths (under
   // its locks) and must not wait for `mu`, which an SSD batch's bookkeeping
@@ -147,50 +148,54 @@ struct SsdTier::Impl {
     uint32_t earlier_uses = 0;
     uint64_t order = 0;  // taken when touched, not when applied
   };
-  std::mutex touch_mu;
-  std::vector<QueuedTouch> touches;  // touch_mu
+  Mutex touch_mu;
+  std::vector<QueuedTouch> touches ABSL_GUARDED_BY(touch_mu);
   // Serializes index writes with the in-memory changes they stand for, so
   // the index ends in the order memory did: a put after a retire of the
   // same key never loses to the retire's delete, and a stale access-time
   // put never brings back an entry deleted (or rewritten) meanwhile. Taken
   // before `mu`.
-  std::mutex index_mu;
-  std::unordered_set<std::string> pending;  // keys being written
+  Mutex index_mu;
+  std::unordered_set<std::string> pending ABSL_GUARDED_BY(mu);  // keys being written
   // The "deadline" policy (absent for "lru"): holding times per class of
   // earlier uses, and fingerprints of evicted keys so a rewrite after an
   // eviction counts as a reuse the tier missed. Both under `mu`.
-  std::optional<HoldTimeModel> model;
-  GhostTable ghosts;
+  std::optional<HoldTimeModel> model ABSL_GUARDED_BY(mu);
+  GhostTable ghosts ABSL_GUARDED_BY(mu);
   // Record::order: taken by each touch when it is made, and by each write
   // and read, so the order does not depend on when queued touches apply.
   std::atomic<uint64_t> next_order{0};
   uint64_t NextOrder() { return next_order.fetch_add(1, std::memory_order_relaxed) + 1; }
-  std::vector<SsdSpace> space;  // per file
-  uint32_t next_file = 0;
-  bool writes_enabled = true;
-  Nanos writes_retry_at = 0;
+  std::vector<SsdSpace> space ABSL_GUARDED_BY(mu);  // per file
+  uint32_t next_file ABSL_GUARDED_BY(mu) = 0;
+  bool writes_enabled ABSL_GUARDED_BY(mu) = true;
+  Nanos writes_retry_at ABSL_GUARDED_BY(mu) = 0;
   // RocksDB is not written again after a failed write (its error state is
   // sticky) until RecoverIndex reopens it, write_retry_interval later.
   // Written under index_mu.
   std::atomic<bool> index_failed{false};
-  Nanos index_retry_at = 0;  // index_mu
+  Nanos index_retry_at ABSL_GUARDED_BY(index_mu) = 0;
   // Retired records whose index delete failed: out of memory, their extents
   // held, deleted again when the index recovers (else a restart would bring
   // them back). Also records whose index put failed (it may have landed),
   // and the expired records such a put may have overwritten. Under `mu`.
-  std::vector<std::pair<std::string, RecordPtr>> undeleted;
+  std::vector<std::pair<std::string, RecordPtr>> undeleted ABSL_GUARDED_BY(mu);
   // Keys of eviction victims whose index delete has not finished (how many
   // evictions of each), and those of them erased meanwhile: a victim whose
   // delete then fails is not served again if it was erased. Under `mu`.
-  std::unordered_map<std::string, uint32_t> evicting;
-  std::unordered_set<std::string> erased_while_evicting;
+  std::unordered_map<std::string, uint32_t> evicting ABSL_GUARDED_BY(mu);
+  std::unordered_set<std::string> erased_while_evicting ABSL_GUARDED_BY(mu);
   // File-system bytes admitted by the free-space check (WriteBatch) that
   // their batches have not written yet: statvfs shows them only once
   // written, so without this two batches could each take the same room.
-  std::mutex free_mu;
-  uint64_t reserved_bytes = 0;  // free_mu
-  uint64_t bytes_written = 0, bytes_read = 0, write_failures = 0, checksum_failures = 0;
-  uint64_t evictions = 0, ttl_expired = 0;
+  Mutex free_mu;
+  uint64_t reserved_bytes ABSL_GUARDED_BY(free_mu) = 0;
+  uint64_t bytes_written ABSL_GUARDED_BY(mu) = 0;
+  uint64_t bytes_read ABSL_GUARDED_BY(mu) = 0;
+  uint64_t write_failures ABSL_GUARDED_BY(mu) = 0;
+  uint64_t checksum_failures ABSL_GUARDED_BY(mu) = 0;
+  uint64_t evictions ABSL_GUARDED_BY(mu) = 0;
+  uint64_t ttl_expired ABSL_GUARDED_BY(mu) = 0;
 
   ~Impl() {
     for (int fd : fds) ::close(fd);
@@ -208,48 +213,48 @@ struct SsdTier::Impl {
 
   void QueueTouch(QueuedTouch t);
 
-  void ApplyTouchesLocked();
+  void ApplyTouches() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  void ApplyTouchLocked(const QueuedTouch& t);
+  void ApplyTouch(const QueuedTouch& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  void ChangeForTouchLocked(Record& r, const QueuedTouch& t);
+  void ChangeForTouch(Record& r, const QueuedTouch& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // A new record under the deadline policy: a shadow of the DRAM entry it
   // was written from. A key evicted earlier and written again is a reuse
   // this tier did not wait for.
-  void PlaceNewLocked(const std::string& key, Record& r);
+  void PlaceNew(const std::string& key, Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Eviction rank: smaller goes first. LRU: the last access. Deadline: the
   // end of the entry's holding time; a shadow of a DRAM entry is kept as
   // long as the most valuable class would be, twice over, after which it is
   // presumed stale (its DRAM copy went without a renewal). As a queue and a
-  // time in it; RankOffsetsLocked gives each queue's share of the rank.
-  std::pair<size_t, uint64_t> QueueOfLocked(const Record& r) const;
-  std::vector<uint64_t> RankOffsetsLocked() const;
+  // time in it; RankOffsets gives each queue's share of the rank.
+  std::pair<size_t, uint64_t> QueueOf(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  std::vector<uint64_t> RankOffsets() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  void EnqueueLocked(Record& r);
-  void DequeueLocked(Record& r);
+  void Enqueue(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Dequeue(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // `r` joined `records` under `key` (the map's own copy).
-  void IndexLocked(const std::string& key, Record& r);
+  void IndexRecord(const std::string& key, Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // `r` is leaving `records`.
-  void UnindexLocked(Record& r);
+  void UnindexRecord(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Applies a change to what ranks `r` (its times, order, uses or role).
   template <typename Change>
-  void ReorderLocked(Record& r, Change change) {
+  void Reorder(Record& r, Change change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (r.queued.key == nullptr) {
       change();
       return;
     }
-    DequeueLocked(r);
+    Dequeue(r);
     change();
-    EnqueueLocked(r);
+    Enqueue(r);
   }
 
   // The deadline model's budget: the tier swings between its watermarks,
   // and shadows of DRAM entries take their share outside the model.
-  double ModelCapacityLocked(uint64_t shadow_bytes) const;
+  double ModelCapacity(uint64_t shadow_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  void RememberEvictedLocked(const std::string& key, const Record& r);
+  void RememberEvicted(const std::string& key, const Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // A ghost remembers the model time, the uses, and whether an interval
   // was open when the key went.
@@ -264,23 +269,24 @@ struct SsdTier::Impl {
   static constexpr size_t kGhostFactor = 8;
   static constexpr size_t kMinGhosts = 65536;
 
-  uint64_t UsedLocked() const;
+  uint64_t Used() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  void PublishGaugesLocked();
+  void PublishGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  std::optional<std::pair<uint32_t, uint64_t>> AllocateLocked(uint64_t bytes);
+  std::optional<std::pair<uint32_t, uint64_t>> AllocateRun(uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  void MaybeFreeLocked(Record& r);
+  void MaybeFree(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Takes a record out of the in-memory index; its extent waits for the
   // durable index delete (FinishRetire).
   // Whether an index delete of `key` is waiting for the index to recover.
-  bool UndeletedLocked(const std::string& key) const;
+  bool Undeleted(const std::string& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  RecordPtr RetireLocked(const std::string& key);
+  RecordPtr Retire(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // index_mu held.
-  void MarkIndexFailedLocked();
+  void MarkIndexFailed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu);
 
   // Deletes retired records from the index durably, then frees what no
   // reader holds. If the delete fails, the error is returned and the index
@@ -293,7 +299,7 @@ struct SsdTier::Impl {
 
   // Victims just taken out of memory by an eviction (FinishRetire with
   // restore_on_failure follows).
-  void MarkEvictingLocked(const std::vector<std::string>& keys) {
+  void MarkEvicting(const std::vector<std::string>& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (const std::string& k : keys) ++evicting[k];
   }
 
@@ -306,14 +312,16 @@ struct SsdTier::Impl {
   // ones while above the low watermark or short of `incoming` bytes. Unread
   // entries only. Walks the eviction queues from their heads, so the cost
   // is the victims', not the tier's size.
-  void CollectVictimsLocked(Nanos now, uint64_t incoming, bool ttl, std::vector<std::string>* keys,
-                            std::vector<RecordPtr>* recs);
+  void CollectVictims(Nanos now, uint64_t incoming, bool ttl, std::vector<std::string>* keys,
+                      std::vector<RecordPtr>* recs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Retires ranked victims (remembered as evicted, counted as watermark
   // evictions); their records go to `recs` for FinishRetire.
-  void EvictLocked(std::span<const std::string> keys, std::vector<RecordPtr>* recs);
+  void EvictKeys(std::span<const std::string> keys, std::vector<RecordPtr>* recs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  uint64_t CapacityLocked() const;
+  uint64_t Capacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Enough bytes free, but no run of `bytes` in any file (mixed sizes leave
   // holes): evicts in rank order until a run forms, as a copy of the free
@@ -325,7 +333,7 @@ struct SsdTier::Impl {
 
   void DisableWrites(const std::string& why);
 
-  bool WritesAllowedLocked(Nanos now);
+  bool WritesAllowed(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   void Drop(const std::string& key, const RecordPtr& expected, Counter* reason);
 
@@ -348,12 +356,13 @@ struct SsdTier::Impl {
     Reservation& operator=(const Reservation&) = delete;
 
     void AddLocked(uint64_t bytes) {  // free_mu held
+      s_.free_mu.AssertHeld();
       s_.reserved_bytes += bytes;
       bytes_ += bytes;
     }
     void Release() {
       if (bytes_ == 0) return;
-      std::lock_guard lock(s_.free_mu);
+      MutexLock lock(s_.free_mu);
       s_.reserved_bytes -= bytes_;
       bytes_ = 0;
     }

@@ -1,5 +1,6 @@
 // The write path: data first (and synced), then the index entries.
 #include "ssd/ssd_tier_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -12,8 +13,8 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   const Nanos now = s.clock->Now();
   const bool index_ok = s.RecoverIndex();
   {
-    std::lock_guard lock(s.mu);
-    const bool allowed = s.WritesAllowedLocked(now) && index_ok;
+    MutexLock lock(s.mu);
+    const bool allowed = s.WritesAllowed(now) && index_ok;
     for (size_t i = 0; i < writes.size(); ++i) {
       const SsdWrite& w = writes[i];
       if (w.payload.empty() || w.payload.size() > kMaxSsdPayloadBytes) {
@@ -51,8 +52,8 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   std::vector<SsdEntryMeta> metas(writes.size());
   std::vector<bool> placed(writes.size(), false);
   std::vector<size_t> no_run;
-  auto place = [&](size_t i, bool last_try) {  // s.mu held
-    auto where = s.AllocateLocked(SsdIoBytes(writes[i].payload.size()));
+  auto place = [&](size_t i, bool last_try) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    auto where = s.AllocateRun(SsdIoBytes(writes[i].payload.size()));
     if (!where.has_value()) {
       if (!last_try) {
         no_run.push_back(i);
@@ -78,14 +79,14 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     m.last_access = now;
   };
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     for (size_t i = 0; i < writes.size(); ++i) {
       if (todo[i]) place(i, /*last_try=*/false);
     }
   }
   for (size_t i : no_run) {
     (void)s.MakeRun(SsdIoBytes(writes[i].payload.size()));
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     place(i, /*last_try=*/true);
   }
   // The batch must leave min_free_bytes free. Only blocks never written
@@ -99,7 +100,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   bool full = false;
   if (Status room = s.ReserveFreeSpace(consumes, &reservation, &full); !room.ok()) {
     if (full) s.DisableWrites(room.message());
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     for (size_t i = 0; i < writes.size(); ++i) {
       if (!placed[i]) continue;
       s.space[metas[i].file].Free(metas[i].offset, metas[i].extent_bytes);
@@ -161,7 +162,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   Status durable = s.opts.sync ? s.SyncFiles(touched) : Status::Ok();
   if (durable.ok() && s.opts.before_index_write_hook) s.opts.before_index_write_hook();
   // Held until the records are in memory: see index_mu.
-  std::lock_guard index_lock(s.index_mu);
+  MutexLock index_lock(s.index_mu);
   std::vector<std::pair<std::string, SsdEntryMeta>> puts;
   for (size_t i = 0; i < writes.size(); ++i) {
     if (todo[i] && durable.ok()) puts.emplace_back(keys[i], metas[i]);
@@ -176,7 +177,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
     if (durable.ok()) durable = s.index->Apply(puts, {}, s.opts.sync);
     if (durable.ok() && s.opts.after_index_put_hook) durable = s.opts.after_index_put_hook();
     if (!durable.ok()) {
-      s.MarkIndexFailedLocked();
+      s.MarkIndexFailed();
       maybe_indexed = true;
     }
   }
@@ -193,7 +194,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
   }
   if (!io_error.empty()) s.DisableWrites(io_error);
 
-  std::lock_guard lock(s.mu);
+  MutexLock lock(s.mu);
   // Last to first: a batch lists a chain root first, and the root must be
   // the youngest (Record::order).
   for (size_t i = writes.size(); i-- > 0;) {
@@ -204,7 +205,7 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       // overwritten its index entry, and left in memory it would pass for a
       // rewrite, so the retried delete would skip the key and leave the new
       // entry indexed over a freed extent. One delete covers both.
-      if (RecordPtr old = s.RetireLocked(keys[i])) {
+      if (RecordPtr old = s.Retire(keys[i])) {
         s.undeleted.emplace_back(keys[i], std::move(old));
       }
       auto rec = std::make_shared<Record>();
@@ -227,19 +228,19 @@ std::vector<Status> SsdTier::WriteBatch(std::span<const SsdWrite> writes) {
       // An expired entry under the same key: the put just overwrote its
       // index entry, so its extent goes once no reader holds it.
       Record& old = *slot->second;
-      s.UnindexLocked(old);
+      s.UnindexRecord(old);
       old.retired = true;
       old.index_gone = true;
-      s.MaybeFreeLocked(old);
+      s.MaybeFree(old);
     }
-    s.PlaceNewLocked(keys[i], *rec);
+    s.PlaceNew(keys[i], *rec);
     rec->order = s.NextOrder();
     slot->second = std::move(rec);
-    s.IndexLocked(slot->first, *slot->second);
+    s.IndexRecord(slot->first, *slot->second);
     s.bytes_written += metas[i].payload_bytes;
     s.m.bytes_written->Increment(metas[i].payload_bytes);
   }
-  s.PublishGaugesLocked();
+  s.PublishGauges();
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Admin calls: delete, pin, inspect, list and evict by filter, over DRAM and
 // the SSD tier.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -121,57 +122,61 @@ enum class ExpiredDram {
   kThere,  // an eviction: its DRAM pass removes it and its SSD copy
 };
 
+// Returns with `lock` (over s.structure_mu) held. It lets go and takes the
+// lock again as it reads: more than the thread-safety analysis follows, so
+// it is left out, and callers assert the lock once it returns.
 template <typename ImplT, typename Pred>
 std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t* ns_id,
                                        bool read_ssd, Nanos now,
                                        const std::optional<EntryCursor>& after, size_t limit,
                                        std::optional<EntryCursor>* bound, ExpiredDram expired_dram,
-                                       Pred wanted, std::unique_lock<std::mutex>& lock) {
+                                       Pred wanted,
+                                       MutexLock& lock) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   bound->reset();
   if (s.ssd == nullptr || !read_ssd) {
-    lock.lock();
-    s.ResolveUnseenLocked(ns, ns_id);
+    lock.Lock();
+    s.ResolveUnseen(ns, ns_id);
     return {};
   }
   constexpr int kUnlockedRounds = 4;
   uint64_t from = 0;
   {
-    std::lock_guard start_lock(s.structure_mu);
-    from = s.DemotedEndLocked();
-    s.MoveSsdScanLocked(ImplT::kNoScan, from);
+    MutexLock start_lock(s.structure_mu);
+    from = s.DemotedEnd();
+    s.MoveSsdScan(ImplT::kNoScan, from);
   }
   // Ends the scan on every way out, with `lock` held or not.
   struct ScanEnd {
     ImplT& s;
     const uint64_t& from;
-    std::unique_lock<std::mutex>& lock;
+    MutexLock& lock;
     ~ScanEnd() {
       const bool held = lock.owns_lock();
-      if (!held) lock.lock();
-      s.MoveSsdScanLocked(from, ImplT::kNoScan);
-      if (!held) lock.unlock();
+      if (!held) lock.Lock();
+      s.MoveSsdScan(from, ImplT::kNoScan);
+      if (!held) lock.Unlock();
     }
   } end{s, from, lock};
 
   std::vector<EntryInfo> copies = SsdCopiesPast(s.ssd.get(), *s.clock, ns, after, limit, bound);
   if (s.after_ssd_scan) s.after_ssd_scan();
   std::unordered_set<EntryKey, EntryKeyHash> looked_up;
-  lock.lock();
+  lock.Lock();
   for (int round = 0;; ++round) {
     // A namespace unseen at the start may have been interned since (and
     // DRAM entries made in it); none can be while the lock is held.
-    s.ResolveUnseenLocked(ns, ns_id);
+    s.ResolveUnseen(ns, ns_id);
     std::vector<EntryKey> fresh;
-    const uint64_t to = s.DemotedEndLocked();
+    const uint64_t to = s.DemotedEnd();
     for (uint64_t i = from; i < to; ++i) {
       const EntryKey& k = s.demoted[i - s.demoted_base];
       if (k.ns == *ns_id && looked_up.insert(k).second) fresh.push_back(k);
     }
-    s.MoveSsdScanLocked(from, to);
+    s.MoveSsdScan(from, to);
     from = to;
     if (fresh.empty()) break;
     const bool unlocked = round < kUnlockedRounds;
-    if (unlocked) lock.unlock();
+    if (unlocked) lock.Unlock();
     for (const EntryKey& k : fresh) {
       if (bound->has_value() && CursorLess((*bound)->key, (*bound)->kind, k.chain, k.kind)) {
         continue;  // past the page read
@@ -181,7 +186,7 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
       }
     }
     if (!unlocked) break;  // nothing left DRAM meanwhile: the lock was held
-    lock.lock();
+    lock.Lock();
   }
   // A copy the read saw can be logged too (it left DRAM afterwards).
   auto id = [](const EntryInfo& c) { return std::tie(c.key, c.kind, c.model_id); };
@@ -195,7 +200,7 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
     if (!wanted(c)) continue;
     const EntryKey k{*ns_id, c.kind, c.key};
     auto& shard = s.ShardFor(k);
-    std::shared_lock slock(shard.mu);
+    ReaderLock slock(shard.mu);
     auto it = shard.map.find(k);
     if (it == shard.map.end() || it->second->state.load() != EntryState::kCommitted ||
         (expired_dram == ExpiredDram::kGone && it->second->expiry <= now)) {
@@ -210,8 +215,10 @@ std::vector<EntryInfo> ScanSsdThenLock(ImplT& s, const std::string& ns, uint32_t
 Status CacheStore::Delete(const Principal& caller, const ChainKey& key, StateKind kind) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   auto delete_dram = [&] {
-    return WithEntry(*impl_, caller, key, kind,
-                     [&](Entry* e) { impl_->DeleteSubtreeLocked(e, EvictReason::kExplicit); });
+    return WithEntry(*impl_, caller, key, kind, [&](Entry* e) {
+      impl_->structure_mu.AssertHeld();  // WithEntry holds it
+      impl_->DeleteSubtree(e, EvictReason::kExplicit);
+    });
   };
   Status found = delete_dram();
   if (!found.ok() && found.code() != StatusCode::kNotFound) return found;
@@ -307,7 +314,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   const Nanos now = s.clock->Now();
   // SSD-only entries join the page in the same (key, kind) order;
   // DRAM-resident copies are listed once, as their DRAM entry.
-  std::unique_lock lock(s.structure_mu, std::defer_lock);
+  MutexLock lock(s.structure_mu, std::defer_lock);
   // One page of the SSD tier, up to `bound` when more may follow: the DRAM
   // entries past it wait for a later page too.
   std::optional<EntryCursor> bound;
@@ -321,6 +328,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
         return MatchesSsdCopy(filter, c, now);
       },
       lock);
+  s.structure_mu.AssertHeld();
   // The index is hashed, so a page is the `limit` smallest keys past the
   // cursor: a bounded heap over one pass, O(entries x log limit).
   auto less = [](const Entry* a, const Entry* b) {
@@ -328,7 +336,7 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   };
   std::vector<Entry*> heap;  // max-heap of the smallest limit + 1 seen
   for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-    std::shared_lock slock(s.shards[i].mu);
+    ReaderLock slock(s.shards[i].mu);
     for (const auto& [k, e] : s.shards[i].map) {
       if (k.ns != *ns || e->state.load() != EntryState::kCommitted || e->expiry <= now) continue;
       if (after.has_value() && !CursorLess(after->key, after->kind, k.chain, k.kind)) continue;
@@ -390,10 +398,10 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(s.ssd.get(), ssd_only));
     return report;
   };
-  std::unique_lock lock(s.structure_mu, std::defer_lock);
+  MutexLock lock(s.structure_mu, std::defer_lock);
   if (req.root.has_value()) {
-    lock.lock();
-    s.ResolveUnseenLocked(caller.ns, &*ns);
+    lock.Lock();
+    s.ResolveUnseen(caller.ns, &*ns);
   } else {
     std::optional<EntryCursor> bound;  // stays empty: every copy is read
     ssd_only = ScanSsdThenLock(
@@ -401,17 +409,18 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
         ExpiredDram::kThere, [&](const EntryInfo& c) { return MatchesSsdCopy(req.filter, c, now); },
         lock);
   }
+  s.structure_mu.AssertHeld();
 
   // 1. The roots: one named entry, or every unpinned entry the filter picks.
   std::vector<Entry*> roots;
   if (req.root.has_value()) {
     const EntryKey k{*ns, req.root->kind, req.root->key};
     Impl::Shard& shard = s.ShardFor(k);
-    std::shared_lock slock(shard.mu);
-    Entry* e = s.FindVisibleLocked(shard, k, now);
+    ReaderLock slock(shard.mu);
+    Entry* e = s.FindVisible(shard, k, now);
     if (e == nullptr) {
-      slock.unlock();
-      lock.unlock();
+      slock.Unlock();
+      lock.Unlock();
       ssd_only = SsdCopies(s.ssd.get(), *s.clock, caller.ns, *req.root);
       if (ssd_only.empty()) {
         return NotFound("no " + std::string(StateKindName(k.kind)) + " entry " + k.chain.ToHex());
@@ -424,14 +433,14 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     // be matched again.
     std::unordered_set<const Entry*> keep;
     for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-      std::shared_lock slock(s.shards[i].mu);
+      ReaderLock slock(s.shards[i].mu);
       for (const auto& [k, e] : s.shards[i].map) {
         if (k.ns != *ns || e->pinned_until.load() <= now) continue;
         for (const Entry* a = e; a != nullptr && keep.insert(a).second;) a = a->parent;
       }
     }
     for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-      std::shared_lock slock(s.shards[i].mu);
+      ReaderLock slock(s.shards[i].mu);
       for (const auto& [k, e] : s.shards[i].map) {
         if (k.ns != *ns || e->state.load() != EntryState::kCommitted) continue;
         if (!Matches(req.filter, *e, now)) continue;
@@ -470,7 +479,7 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
     if (s.ssd != nullptr) ssd_copies.push_back(DescribeLocked(*e, caller.ns));
   }
   if (req.dry_run) {
-    lock.unlock();
+    lock.Unlock();
     return finish_ssd();
   }
 
@@ -482,10 +491,10 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   for (const EntryRef& ref : refs) {
     if (ref.entry->generation == ref.generation &&
         ref.entry->state.load() == EntryState::kCommitted) {
-      s.DeleteSubtreeLocked(ref.entry, EvictReason::kExplicit);
+      s.DeleteSubtree(ref.entry, EvictReason::kExplicit);
     }
   }
-  lock.unlock();
+  lock.Unlock();
   // The SSD copies too, or the next match would find them there.
   if (s.ssd == nullptr) return finish_ssd();
   (void)EraseSsdCopies(s.ssd.get(), ssd_copies);
@@ -493,16 +502,16 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   // the erase put the entry back: delete those again (later ones find the
   // copy gone and give up, Impl::Publish).
   {
-    std::lock_guard again(s.structure_mu);
+    MutexLock again(s.structure_mu);
     for (const EntryInfo& c : ssd_copies) {
       const EntryKey k{*ns, c.kind, c.key};
       Impl::Shard& shard = s.ShardFor(k);
       Entry* e = nullptr;
       {
-        std::shared_lock slock(shard.mu);
-        e = s.FindVisibleLocked(shard, k, now);
+        ReaderLock slock(shard.mu);
+        e = s.FindVisible(shard, k, now);
       }
-      if (e != nullptr) s.DeleteSubtreeLocked(e, EvictReason::kExplicit);
+      if (e != nullptr) s.DeleteSubtree(e, EvictReason::kExplicit);
     }
   }
   return finish_ssd();

@@ -1,6 +1,7 @@
 // Opening and closing the store, layouts, statistics, test hooks and the
 // range pins the data plane takes.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -69,6 +70,7 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   impl->copy_pool = std::make_unique<CopyPool>(options.copy_threads);
   auto policy = MakeEvictionPolicy(options.eviction_policy, impl->arena->capacity_bytes());
   if (!policy.ok()) return policy.status();
+  MutexLock lock(impl->structure_mu);  // nobody else sees the store yet; for the analysis
   impl->policy = std::move(policy).value();
   if (options.committed_share_per_namespace < 1) {
     auto shares = std::make_unique<TenantSharePolicy>(
@@ -151,14 +153,14 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
 
 CacheStore::~CacheStore() {
   {
-    std::lock_guard lock(impl_->maintenance_mu);
+    MutexLock lock(impl_->maintenance_mu);
     impl_->stopping = true;
   }
   impl_->maintenance_cv.notify_all();
   if (impl_->maintenance.joinable()) impl_->maintenance.join();
   // Write back what is queued, so a clean restart keeps it.
   {
-    std::lock_guard lock(impl_->wb_mu);
+    MutexLock lock(impl_->wb_mu);
     impl_->wb_stopping = true;
   }
   impl_->wb_cv.notify_all();
@@ -173,7 +175,7 @@ Status CacheStore::RegisterLayout(const Layout& layout) {
   if (layout.PayloadBytes() > kMaxPayloadBytes) {
     return InvalidArgument("layout " + std::to_string(layout.id) + " exceeds the payload limit");
   }
-  std::unique_lock lock(impl_->layouts_mu);
+  WriterLock lock(impl_->layouts_mu);
   auto [it, inserted] = impl_->layouts.emplace(layout.id, layout);
   if (!inserted) {
     const Layout& old = it->second;
@@ -201,8 +203,10 @@ MaintenanceReport CacheStore::RunMaintenance() {
 void CacheStore::FlushWriteBack() {
   Impl& s = *impl_;
   if (s.ssd == nullptr) return;
-  std::unique_lock lock(s.wb_mu);
-  s.wb_idle_cv.wait(lock, [&] { return s.wb_queue.empty() && s.wb_busy == 0; });
+  MutexLock lock(s.wb_mu);
+  s.wb_idle_cv.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.wb_mu) {
+    return s.wb_queue.empty() && s.wb_busy == 0;
+  });
 }
 
 LeaseHolding CacheStore::Holding(const Principal& caller) const {
@@ -245,7 +249,7 @@ StoreStats CacheStore::Stats() const {
   st.global_kv_entries = static_cast<uint64_t>(s.m.entries_global->Value());
   st.swa_entries = static_cast<uint64_t>(s.m.entries_swa->Value());
   {
-    std::lock_guard lock(s.structure_mu);
+    MutexLock lock(s.structure_mu);
     st.reserved_entries = s.reserved_entries;
     st.deleting_entries = s.deleting.size();
   }
@@ -258,7 +262,7 @@ StoreStats CacheStore::Stats() const {
     st.ssd = s.ssd->Stats();
     st.ssd_writeback_dropped = s.wb_dropped.load();
     st.ssd_promotions = s.promotions_done.load();
-    std::lock_guard lock(s.wb_mu);
+    MutexLock lock(s.wb_mu);
     st.ssd_writeback_pending = s.wb_queue.size() + s.wb_busy;
   }
   return st;
@@ -290,7 +294,7 @@ void CacheStore::SetBeforePromotionPublishHookForTesting(std::function<void()> h
 }
 
 std::vector<std::string> CacheStore::Namespaces() const {
-  std::shared_lock lock(impl_->ns_mu);
+  ReaderLock lock(impl_->ns_mu);
   return impl_->ns_names;
 }
 

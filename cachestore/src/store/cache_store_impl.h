@@ -53,6 +53,7 @@
 #include "store/lease_table.h"
 #include "strata/cache_store.h"
 #include "util/copy_pool.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -85,10 +86,10 @@ inline double SecondsSince(const Clock& clock, Nanos start) {
 
 struct CacheStore::Impl {
   struct alignas(64) Shard {
-    mutable std::shared_mutex mu;
+    mutable SharedMutex mu;
     // Open addressing: a lookup is one probe of inline keys, not a chase
     // through heap nodes (the node-based map was 20% of a metadata replay).
-    absl::flat_hash_map<EntryKey, Entry*, EntryKeyHash> map;
+    absl::flat_hash_map<EntryKey, Entry*, EntryKeyHash> map ABSL_GUARDED_BY(mu);
   };
   struct Metrics {
     Counter* match_requests;
@@ -121,20 +122,21 @@ struct CacheStore::Impl {
   std::unique_ptr<DramArena> arena;
   std::unique_ptr<CopyPool> copy_pool;  // Fetch's verified copies
 
-  mutable std::mutex structure_mu;
-  std::unique_ptr<EvictionPolicy> policy;   // structure_mu
-  TenantSharePolicy* shares = nullptr;      // `policy`, when committed shares are on
-  EntryPool pool;                           // structure_mu
-  Entry* ttl_head[2] = {nullptr, nullptr};  // structure_mu; per kind, expiry order
-  Entry* ttl_tail[2] = {nullptr, nullptr};
-  uint64_t reserved_entries = 0;  // structure_mu
-  uint64_t reserved_bytes = 0;    // structure_mu; their extents
+  mutable Mutex structure_mu;
+  std::unique_ptr<EvictionPolicy> policy ABSL_GUARDED_BY(structure_mu);
+  TenantSharePolicy* shares = nullptr;  // `policy`, when committed shares are on
+  EntryPool pool ABSL_GUARDED_BY(structure_mu);
+  // Per kind, in expiry order.
+  Entry* ttl_head[2] ABSL_GUARDED_BY(structure_mu) = {nullptr, nullptr};
+  Entry* ttl_tail[2] ABSL_GUARDED_BY(structure_mu) = {nullptr, nullptr};
+  uint64_t reserved_entries ABSL_GUARDED_BY(structure_mu) = 0;
+  uint64_t reserved_bytes ABSL_GUARDED_BY(structure_mu) = 0;  // their extents
   // Deleted while pinned: out of the index (the key is free for a new
   // entry), freed by their last unpin.
-  absl::flat_hash_set<Entry*> deleting;  // structure_mu
+  absl::flat_hash_set<Entry*> deleting ABSL_GUARDED_BY(structure_mu);
   // Their keys, counted: no SSD copy of one is promoted meanwhile (a
   // write-back pinning a deleted entry writes its copy, then erases it).
-  absl::flat_hash_map<EntryKey, uint32_t, EntryKeyHash> deleting_keys;  // structure_mu
+  absl::flat_hash_map<EntryKey, uint32_t, EntryKeyHash> deleting_keys ABSL_GUARDED_BY(structure_mu);
   std::atomic<uint64_t> payload_bytes{0};
   std::atomic<uint64_t> evictions[static_cast<size_t>(EvictReason::kCount)] = {};
 
@@ -142,12 +144,13 @@ struct CacheStore::Impl {
   uint32_t shard_mask = 0;
   LeaseTable leases;
 
-  mutable std::shared_mutex layouts_mu;
-  std::unordered_map<uint32_t, Layout> layouts;  // never erased: pointers stay valid
+  mutable SharedMutex layouts_mu;
+  // Never erased: pointers stay valid.
+  std::unordered_map<uint32_t, Layout> layouts ABSL_GUARDED_BY(layouts_mu);
 
-  mutable std::shared_mutex ns_mu;
-  std::unordered_map<std::string, uint32_t> ns_ids;
-  std::vector<std::string> ns_names;
+  mutable SharedMutex ns_mu;
+  std::unordered_map<std::string, uint32_t> ns_ids ABSL_GUARDED_BY(ns_mu);
+  std::vector<std::string> ns_names ABSL_GUARDED_BY(ns_mu);
   // By namespace id (grown under ns_mu; elements never move): the extents
   // its read leases pin, each entry once, kept as an entry's lease count
   // goes 0 -> 1 and back. Signed: a release may subtract before the add of
@@ -169,19 +172,19 @@ struct CacheStore::Impl {
   std::deque<NamespaceCounters> ns_counters;
 
   std::thread maintenance;
-  std::mutex maintenance_mu;
+  Mutex maintenance_mu;
   std::condition_variable maintenance_cv;
-  bool stopping = false;
-  uint64_t maintenance_runs = 0;  // maintenance_mu
+  bool stopping ABSL_GUARDED_BY(maintenance_mu) = false;
+  uint64_t maintenance_runs ABSL_GUARDED_BY(maintenance_mu) = 0;
 
   // ---- SSD tier (see ssd_tier.h) -------------------------------------------
   std::unique_ptr<SsdTier> ssd;
-  mutable std::mutex wb_mu;
+  mutable Mutex wb_mu;
   std::condition_variable wb_cv;       // work queued, or stopping
   std::condition_variable wb_idle_cv;  // queue drained
-  std::deque<EntryRef> wb_queue;       // wb_mu
-  size_t wb_busy = 0;                  // wb_mu; entries taken, not yet written
-  bool wb_stopping = false;            // wb_mu
+  std::deque<EntryRef> wb_queue ABSL_GUARDED_BY(wb_mu);
+  size_t wb_busy ABSL_GUARDED_BY(wb_mu) = 0;  // entries taken, not yet written
+  bool wb_stopping ABSL_GUARDED_BY(wb_mu) = false;
   std::thread wb_thread;
   std::atomic<uint64_t> wb_dropped{0};
   std::atomic<uint64_t> promotions_done{0};
@@ -190,13 +193,14 @@ struct CacheStore::Impl {
   Gauge* ssd_wb_pending = nullptr;
   // One SSD read per entry however many fetches want it at once.
   struct Promotion {
-    std::mutex mu;
+    Mutex mu;
     std::condition_variable cv;
-    bool done = false;
-    Status status;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    Status status ABSL_GUARDED_BY(mu);
   };
-  std::mutex promo_mu;
-  std::unordered_map<EntryKey, std::shared_ptr<Promotion>, EntryKeyHash> promotions;  // promo_mu
+  Mutex promo_mu;
+  std::unordered_map<EntryKey, std::shared_ptr<Promotion>, EntryKeyHash> promotions
+      ABSL_GUARDED_BY(promo_mu);
   // Admin calls that read the SSD tier (a list page, evict by filter) do so
   // before they take structure_mu: a scan under it would stall every
   // commit meanwhile. An entry written back after the scan read the tier
@@ -204,21 +208,25 @@ struct CacheStore::Impl {
   // DRAM pass would then be missed by both, so while scans run, entries
   // that leave DRAM keeping an SSD copy are logged, and each scan reads
   // its part of the log back by key (ScanSsdThenLock). All structure_mu.
-  std::deque<EntryKey> demoted;
-  uint64_t demoted_base = 0;                     // log position of demoted.front()
-  std::multiset<uint64_t> scan_starts;           // per running scan: the position it reads on from
-  std::function<void()> after_ssd_scan;          // test hook, set before any call
-  std::function<void()> before_write_back;       // test hook, set before any call
-  std::function<void()> after_write_back_write;  // test hook, likewise
+  std::deque<EntryKey> demoted ABSL_GUARDED_BY(structure_mu);
+  // Log position of demoted.front().
+  uint64_t demoted_base ABSL_GUARDED_BY(structure_mu) = 0;
+  // Per running scan: the position it reads on from.
+  std::multiset<uint64_t> scan_starts ABSL_GUARDED_BY(structure_mu);
+  std::function<void()> after_ssd_scan;            // test hook, set before any call
+  std::function<void()> before_write_back;         // test hook, set before any call
+  std::function<void()> after_write_back_write;    // test hook, likewise
   std::function<void()> before_promotion_publish;  // test hook, likewise
 
-  uint64_t DemotedEndLocked() const { return demoted_base + demoted.size(); }
-  void LogLeftDramLocked(const EntryKey& k) {
+  uint64_t DemotedEnd() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu) {
+    return demoted_base + demoted.size();
+  }
+  void LogLeftDram(const EntryKey& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu) {
     if (!scan_starts.empty() && SsdAdmits(k.kind)) demoted.push_back(k);
   }
   // A scan moves its read position from `from` to `to` (kNoScan: none).
   static constexpr uint64_t kNoScan = UINT64_MAX;
-  void MoveSsdScanLocked(uint64_t from, uint64_t to);
+  void MoveSsdScan(uint64_t from, uint64_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   std::string NamespaceName(uint32_t id) const;
 
@@ -332,11 +340,12 @@ struct CacheStore::Impl {
     uint64_t bytes = 0;
     absl::InlinedVector<const Entry*, 8> keep;  // most batches keep one parent
   };
-  ReserveNeed ReserveNeedLocked(uint32_t ns, std::span<const CommitBlock> blocks, Nanos now) const;
+  ReserveNeed ComputeReserveNeed(uint32_t ns, std::span<const CommitBlock> blocks, Nanos now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Bytes of the tier no eviction can free now: reservations, and entries
   // read leases pin.
-  uint64_t UnevictableBytesLocked() const;
+  uint64_t UnevictableBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // How many more entries namespace `ns` may lease now: a leased match
   // stops its hit run there (a shorter prefix, not a refusal). Advisory;
@@ -357,7 +366,8 @@ struct CacheStore::Impl {
   static constexpr uint32_t kUnseenNamespace = UINT32_MAX;
   // Replaces kUnseenNamespace with the namespace's id if it has one now.
   // Under structure_mu: no DRAM entry of it can appear until that is let go.
-  void ResolveUnseenLocked(const std::string& ns, uint32_t* id) const;
+  void ResolveUnseen(const std::string& ns, uint32_t* id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   Nanos TtlFor(StateKind kind) const {
     return kind == StateKind::kGlobalKv ? opts.global_kv_ttl : opts.swa_ttl;
@@ -365,7 +375,8 @@ struct CacheStore::Impl {
 
   // A committed, unexpired entry under `k`, or nullptr. Caller holds the
   // shard lock.
-  Entry* FindVisibleLocked(const Shard& shard, const EntryKey& k, Nanos now) const;
+  Entry* FindVisible(const Shard& shard, const EntryKey& k, Nanos now) const
+      ABSL_SHARED_LOCKS_REQUIRED(shard.mu);
   static Entry* VisibleOrNull(Entry* e, Nanos now);
 
   // The entry indexed under `k`, or nullptr, for a caller holding
@@ -373,20 +384,23 @@ struct CacheStore::Impl {
   // a shard's map, and every change of an entry's state or expiry, happens
   // under structure_mu, so nothing changes them meanwhile (matches and
   // fetches only read). Spares the commit path a lock round trip per block.
-  Entry* IndexedUnderStructureMu(const EntryKey& k) const;
-  Entry* VisibleUnderStructureMu(const EntryKey& k, Nanos now) const {
+  // The thread-safety analysis cannot see that rule: it skips the body.
+  Entry* IndexedUnderStructureMu(const EntryKey& k) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  Entry* VisibleUnderStructureMu(const EntryKey& k, Nanos now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu) {
     return VisibleOrNull(IndexedUnderStructureMu(k), now);
   }
 
   // ---- structure changes (structure_mu held) --------------------------------
 
-  void TtlUnlink(Entry* e);
+  void TtlUnlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
-  void TtlAppend(Entry* e);
+  void TtlAppend(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
-  void TreeLink(Entry* child, Entry* parent);
+  void TreeLink(Entry* child, Entry* parent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
-  void TreeUnlink(Entry* e);
+  void TreeUnlink(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // An entry of namespace `ns` left DRAM for `reason`: the node's counters
   // and the namespace's.
@@ -397,60 +411,65 @@ struct CacheStore::Impl {
   // Removes an entry with no pins from every structure and frees its bytes.
   // Removes an entry that nobody can pin any more (reserved, or found
   // unpinned under its shard lock) from every structure and frees its bytes.
-  void EraseLocked(Entry* e);
+  void EraseEntry(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Takes `e` out of the index; a kDeleting entry left it when it turned
   // so, and its key may name a newer entry now. Caller holds the shard
   // lock exclusively.
-  static void UnindexLocked(Shard& shard, const Entry* e) {
+  static void Unindex(Shard& shard, const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     if (e->state.load() != EntryState::kDeleting) shard.map.erase(e->key);
   }
 
   // Turns a pinned entry kDeleting: invisible and out of the index at once,
   // so the key can be stored again while the pins last. Caller holds the
   // shard lock exclusively.
-  void MarkDeletingLocked(Shard& shard, Entry* e);
+  void MarkDeleting(Shard& shard, Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu, shard.mu);
 
   // Erases a reserved entry whose write lease ended or whose commit failed.
   // A data-plane receive may still pin it (PinLeasedRange): then it turns
   // kDeleting, invisible, and the last Unpin frees it, so bytes still landing
   // never land in an entry that reused the extent.
-  void EraseReservedLocked(Entry* e);
+  void EraseReserved(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Erases `e` unless a lease or reader holds it. The check and the removal
   // from the index share one exclusive critical section: once the lock is
   // dropped no reader can find the entry, so none can pin it in between.
-  bool EraseIfUnpinnedLocked(Entry* e);
+  bool EraseIfUnpinned(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // The rest of an erase, after the entry left the index.
-  void ForgetUnindexedLocked(Entry* e);
+  void ForgetUnindexed(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Deletes one committed entry without children; a pinned one becomes
   // kDeleting and goes when its last pin does.
-  void DeleteLeafLocked(Entry* e, EvictReason reason);
+  void DeleteLeaf(Entry* e, EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Deletes `root` and every descendant, leaves first. Iterative: chains
   // can be far deeper than the stack. Returns how many entries went.
-  uint64_t DeleteSubtreeLocked(Entry* root, EvictReason reason);
+  uint64_t DeleteSubtree(Entry* root, EvictReason reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
-  bool EvictableLocked(const Entry& e, Nanos now) const;
+  bool Evictable(const Entry& e, Nanos now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Evicts one victim, never one of `keep` (sorted); false when nothing may
   // go. `room`: the namespace it makes room for, when committed shares are
   // on (TenantSharePolicy).
-  bool EvictOneLocked(EvictReason reason, Nanos now, uint64_t incoming_bytes = 0,
-                      std::span<const Entry* const> keep = {},
-                      std::optional<TenantSharePolicy::Room> room = std::nullopt);
+  bool EvictOne(EvictReason reason, Nanos now, uint64_t incoming_bytes = 0,
+                std::span<const Entry* const> keep = {},
+                std::optional<TenantSharePolicy::Room> room = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
-  uint64_t EvictToWatermarkLocked(Nanos now, std::span<const Entry* const> keep = {});
+  uint64_t EvictToWatermark(Nanos now, std::span<const Entry* const> keep = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // An extent of `bytes` for namespace `room.ns`, which already has
   // `room.bytes` of them in the making; evicts to make room.
-  std::optional<Extent> AllocateLocked(uint64_t bytes, Nanos now, TenantSharePolicy::Room room,
-                                       std::span<const Entry* const> keep = {});
+  std::optional<Extent> AllocateExtent(uint64_t bytes, Nanos now, TenantSharePolicy::Room room,
+                                       std::span<const Entry* const> keep = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // Why no extent of `bytes` could be had for namespace `room.ns`.
-  std::string NoRoomLocked(uint64_t bytes, const TenantSharePolicy::Room& room) const;
+  std::string NoRoom(uint64_t bytes, const TenantSharePolicy::Room& room) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
 
   // ---- pins ---------------------------------------------------------------
 
@@ -482,13 +501,13 @@ Status WithEntry(ImplT& s, const Principal& caller, const ChainKey& key, StateKi
   const std::optional<uint32_t> ns = s.FindNamespace(caller.ns);
   const std::string what = std::string(StateKindName(kind)) + " entry " + key.ToHex();
   if (!ns.has_value()) return NotFound("no " + what);
-  std::lock_guard lock(s.structure_mu);
+  MutexLock lock(s.structure_mu);
   const EntryKey k{*ns, kind, key};
   Entry* e = nullptr;
   {
     auto& shard = s.ShardFor(k);
-    std::shared_lock slock(shard.mu);
-    e = s.FindVisibleLocked(shard, k, s.clock->Now());
+    ReaderLock slock(shard.mu);
+    e = s.FindVisible(shard, k, s.clock->Now());
   }
   if (e == nullptr) return NotFound("no " + what);
   if constexpr (std::is_same_v<decltype(fn(e)), Status>) {

@@ -1,5 +1,6 @@
 // Reserve, Publish and Commit (the two-phase write), lease renewal and abort.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -39,25 +40,25 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
   rec.positions.reserve(blocks.size());
   rec.parents.reserve(blocks.size());
   {
-    std::lock_guard lock(s.structure_mu);
+    MutexLock lock(s.structure_mu);
     // Refused before anything changes (an expired entry deleted, others
     // evicted to make room); the grant below makes the exact check.
-    const Impl::ReserveNeed need = s.ReserveNeedLocked(ns, blocks, now);
+    const Impl::ReserveNeed need = s.ComputeReserveNeed(ns, blocks, now);
     if (std::string why = s.PastLeaseLimits(ns, need.entries, need.bytes); !why.empty()) {
       return Impl::LeaseRefused(caller.ns, why);
     }
     // Nor does a batch that could not fit even if every evictable entry
     // went evict any of them first.
     const uint64_t capacity = s.arena->capacity_bytes();
-    if (const uint64_t held = s.UnevictableBytesLocked();
+    if (const uint64_t held = s.UnevictableBytes();
         need.bytes > capacity - std::min(capacity, held)) {
       return ResourceExhausted("no room for " + std::to_string(need.bytes) +
                                " bytes in the DRAM tier: " + std::to_string(held) + " of its " +
                                std::to_string(capacity) +
                                " bytes are reserved or held by read leases");
     }
-    auto undo = [&] {
-      for (const EntryRef& ref : rec.entries) s.EraseLocked(ref.entry);
+    auto undo = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.structure_mu) {
+      for (const EntryRef& ref : rec.entries) s.EraseEntry(ref.entry);
     };
     std::atomic<int64_t>* const ns_pinned = s.LeasePinnedBytes(ns);
     uint64_t batch_bytes = 0;  // extents reserved so far
@@ -71,7 +72,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
           continue;
         }
         if (st == EntryState::kCommitted) {
-          s.DeleteSubtreeLocked(existing, EvictReason::kTtl);  // expired: make room
+          s.DeleteSubtree(existing, EvictReason::kTtl);  // expired: make room
         }
         if (s.IndexedUnderStructureMu(k) != nullptr) {
           out.blocks[i].state = ReserveState::kInFlight;
@@ -79,9 +80,9 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
         }
       }
       const TenantSharePolicy::Room room{ns, batch_bytes};
-      std::optional<Extent> extent = s.AllocateLocked(b.payload_bytes, now, room, need.keep);
+      std::optional<Extent> extent = s.AllocateExtent(b.payload_bytes, now, room, need.keep);
       if (!extent.has_value()) {
-        const std::string why = s.NoRoomLocked(b.payload_bytes, room);
+        const std::string why = s.NoRoom(b.payload_bytes, room);
         undo();
         return ResourceExhausted(why);
       }
@@ -96,7 +97,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       e->state.store(EntryState::kReserved);
       {
         Impl::Shard& shard = s.ShardFor(k);
-        std::unique_lock slock(shard.mu);
+        WriterLock slock(shard.mu);
         shard.map.emplace(k, e);
       }
       ++s.reserved_entries;
@@ -125,7 +126,7 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
       out.write_lease = *lease;
     }
     s.m.used_bytes->Set(static_cast<int64_t>(s.arena->used_bytes()));
-    s.EvictToWatermarkLocked(now, need.keep);
+    s.EvictToWatermark(now, need.keep);
   }
   return out;
 }
@@ -179,7 +180,7 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
 
   PublishResult out;
   out.blocks.assign(batch, Status::Ok());
-  std::lock_guard lock(s.structure_mu);
+  MutexLock lock(s.structure_mu);
   std::vector<Entry*> published;
   published.reserve(n);
   for (size_t j = 0; j < n; ++j) {
@@ -196,12 +197,12 @@ Result<PublishResult> CacheStore::Publish(const Principal& caller, LeaseId lease
     }
     if (!verdict[j].ok()) {
       out.blocks[pos] = verdict[j];
-      s.EraseReservedLocked(e);
+      s.EraseReserved(e);
       continue;
     }
     {
       Impl::Shard& shard = s.ShardFor(e->key);
-      std::unique_lock slock(shard.mu);
+      WriterLock slock(shard.mu);
       e->commit_time = now;
       e->expiry = now + s.TtlFor(e->key.kind);
       e->state.store(EntryState::kCommitted);

@@ -1,4 +1,5 @@
 #include "store/dram_arena.h"
+#include "util/mutex.h"
 
 #include <sys/mman.h>
 
@@ -81,25 +82,25 @@ DramArena::~DramArena() {
 }
 
 std::optional<Extent> DramArena::Allocate(uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::optional<Extent> e = alloc_.Allocate(bytes);
   used_.store(alloc_.used_bytes(), std::memory_order_relaxed);
   return e;
 }
 
 void DramArena::Free(const Extent& extent) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   alloc_.Free(extent);
   used_.store(alloc_.used_bytes(), std::memory_order_relaxed);
 }
 
 uint64_t DramArena::allocated_extents() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return alloc_.allocated_extents();
 }
 
 bool DramArena::CheckConsistency() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return alloc_.CheckConsistency();
 }
 

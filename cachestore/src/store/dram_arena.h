@@ -15,6 +15,7 @@
 #include "strata/arena_options.h"
 #include "strata/status.h"
 #include "util/extent_allocator.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -34,8 +35,8 @@ class DramArena {
   std::byte* base() const { return base_; }
   uint64_t capacity_bytes() const { return capacity_; }
   // The length of the extent Allocate(bytes) returns (the granule is
-  // const after construction: no lock).
-  uint64_t ExtentBytes(uint64_t bytes) const {
+  // const after construction: no lock, and no analysis).
+  uint64_t ExtentBytes(uint64_t bytes) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const uint64_t granule = alloc_.granule_bytes();
     return (bytes + granule - 1) / granule * granule;
   }
@@ -54,8 +55,8 @@ class DramArena {
   uint64_t mapped_;
   uint64_t capacity_;
   bool huge_pages_;
-  mutable std::mutex mu_;
-  ExtentAllocator alloc_;  // guarded by mu_
+  mutable Mutex mu_;
+  ExtentAllocator alloc_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> used_{0};
 };
 

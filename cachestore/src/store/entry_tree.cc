@@ -1,6 +1,7 @@
 // The entry tree and eviction: TTL queues, prefix links, erasing entries and
 // subtrees, choosing victims, allocating under the watermarks.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -52,49 +53,49 @@ void CacheStore::Impl::CountEntry(const Entry* e, int delta) {
   c.used_bytes.fetch_add(delta * static_cast<int64_t>(e->extent.length), std::memory_order_relaxed);
 }
 
-void CacheStore::Impl::EraseLocked(Entry* e) {
+void CacheStore::Impl::EraseEntry(Entry* e) {
   {
     Shard& shard = ShardFor(e->key);
-    std::unique_lock lock(shard.mu);
-    UnindexLocked(shard, e);
+    WriterLock lock(shard.mu);
+    Unindex(shard, e);
   }
-  ForgetUnindexedLocked(e);
+  ForgetUnindexed(e);
 }
 
-void CacheStore::Impl::MarkDeletingLocked(Shard& shard, Entry* e) {
+void CacheStore::Impl::MarkDeleting(Shard& shard, Entry* e) {
   shard.map.erase(e->key);
   e->state.store(EntryState::kDeleting);
   deleting.insert(e);
   ++deleting_keys[e->key];
 }
 
-void CacheStore::Impl::EraseReservedLocked(Entry* e) {
+void CacheStore::Impl::EraseReserved(Entry* e) {
   {
     Shard& shard = ShardFor(e->key);
-    std::unique_lock lock(shard.mu);
+    WriterLock lock(shard.mu);
     if (e->readers.load() != 0) {
-      MarkDeletingLocked(shard, e);
+      MarkDeleting(shard, e);
       --reserved_entries;
       reserved_bytes -= e->extent.length;
       return;
     }
     shard.map.erase(e->key);
   }
-  ForgetUnindexedLocked(e);
+  ForgetUnindexed(e);
 }
 
-bool CacheStore::Impl::EraseIfUnpinnedLocked(Entry* e) {
+bool CacheStore::Impl::EraseIfUnpinned(Entry* e) {
   {
     Shard& shard = ShardFor(e->key);
-    std::unique_lock lock(shard.mu);
+    WriterLock lock(shard.mu);
     if (e->leases.load() != 0 || e->readers.load() != 0) return false;
-    UnindexLocked(shard, e);
+    Unindex(shard, e);
   }
-  ForgetUnindexedLocked(e);
+  ForgetUnindexed(e);
   return true;
 }
 
-void CacheStore::Impl::ForgetUnindexedLocked(Entry* e) {
+void CacheStore::Impl::ForgetUnindexed(Entry* e) {
   if (e->pinned_until.load() != 0) leases.DropPin(e);  // deleted while an admin pinned it
   const EntryState state = e->state.load();
   if (state == EntryState::kCommitted) CountEntry(e, -1);
@@ -116,51 +117,51 @@ void CacheStore::Impl::ForgetUnindexedLocked(Entry* e) {
   pool.Release(e);
 }
 
-void CacheStore::Impl::DeleteLeafLocked(Entry* e, EvictReason reason) {
+void CacheStore::Impl::DeleteLeaf(Entry* e, EvictReason reason) {
   // An explicit delete erases the SSD copy too; the others leave it.
-  if (reason != EvictReason::kExplicit) LogLeftDramLocked(e->key);
+  if (reason != EvictReason::kExplicit) LogLeftDram(e->key);
   TreeUnlink(e);
   policy->OnErase(e);
   TtlUnlink(e);
   CountEviction(reason, e->key.ns);
   Shard& shard = ShardFor(e->key);
-  std::unique_lock lock(shard.mu);
+  WriterLock lock(shard.mu);
   if (e->leases.load() != 0 || e->readers.load() != 0) {
     // Pinned: invisible from now on, freed by the last Unpin.
     if (e->state.load() == EntryState::kCommitted) {
-      MarkDeletingLocked(shard, e);
+      MarkDeleting(shard, e);
       CountEntry(e, -1);
     }
     return;
   }
   shard.map.erase(e->key);
-  lock.unlock();
-  ForgetUnindexedLocked(e);
+  lock.Unlock();
+  ForgetUnindexed(e);
 }
 
-uint64_t CacheStore::Impl::DeleteSubtreeLocked(Entry* root, EvictReason reason) {
+uint64_t CacheStore::Impl::DeleteSubtree(Entry* root, EvictReason reason) {
   uint64_t n = 0;
   Entry* e = root;
   while (true) {
     while (e->first_child != nullptr) e = e->first_child;
     Entry* up = e == root ? nullptr : e->parent;
-    DeleteLeafLocked(e, reason);
+    DeleteLeaf(e, reason);
     ++n;
     if (up == nullptr) return n;
     e = up;
   }
 }
 
-bool CacheStore::Impl::EvictableLocked(const Entry& e, Nanos now) const {
+bool CacheStore::Impl::Evictable(const Entry& e, Nanos now) const {
   return e.state.load() == EntryState::kCommitted && e.leases.load() == 0 &&
          e.readers.load() == 0 && e.first_child == nullptr && e.pinned_until.load() <= now;
 }
 
-bool CacheStore::Impl::EvictOneLocked(EvictReason reason, Nanos now, uint64_t incoming_bytes,
-                                      std::span<const Entry* const> keep,
-                                      std::optional<TenantSharePolicy::Room> room) {
-  auto evictable = [&](const Entry& e) {
-    return EvictableLocked(e, now) && !std::binary_search(keep.begin(), keep.end(), &e);
+bool CacheStore::Impl::EvictOne(EvictReason reason, Nanos now, uint64_t incoming_bytes,
+                                std::span<const Entry* const> keep,
+                                std::optional<TenantSharePolicy::Room> room) {
+  auto evictable = [&](const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu) {
+    return Evictable(e, now) && !std::binary_search(keep.begin(), keep.end(), &e);
   };
   Entry* victim =
       shares != nullptr
@@ -172,7 +173,7 @@ bool CacheStore::Impl::EvictOneLocked(EvictReason reason, Nanos now, uint64_t in
   const auto hits = static_cast<uint32_t>(
       std::min<uint64_t>(victim->hits.load(std::memory_order_relaxed), UINT32_MAX));
   // A reader may have pinned it since PickVictim looked.
-  if (!EraseIfUnpinnedLocked(victim)) {
+  if (!EraseIfUnpinned(victim)) {
     policy->OnAccess(victim);
     return true;  // not evicted, but progress: try the next one
   }
@@ -182,36 +183,35 @@ bool CacheStore::Impl::EvictOneLocked(EvictReason reason, Nanos now, uint64_t in
   // this starts the copy's holding time, classed by the DRAM hits.
   if (SsdAdmits(key.kind)) {
     ssd->Touch(SsdKeyOf(key, model), SsdTouch::kRenew, hits);
-    LogLeftDramLocked(key);
+    LogLeftDram(key);
   }
   CountEviction(reason, key.ns);
   return true;
 }
 
-uint64_t CacheStore::Impl::EvictToWatermarkLocked(Nanos now, std::span<const Entry* const> keep) {
+uint64_t CacheStore::Impl::EvictToWatermark(Nanos now, std::span<const Entry* const> keep) {
   const uint64_t cap = arena->capacity_bytes();
   if (arena->used_bytes() <= static_cast<uint64_t>(opts.high_watermark * cap)) return 0;
   const uint64_t target = static_cast<uint64_t>(opts.low_watermark * cap);
   uint64_t n = 0;
-  while (arena->used_bytes() > target && EvictOneLocked(EvictReason::kWatermark, now, 0, keep)) {
+  while (arena->used_bytes() > target && EvictOne(EvictReason::kWatermark, now, 0, keep)) {
     ++n;
   }
   return n;
 }
 
-std::optional<Extent> CacheStore::Impl::AllocateLocked(uint64_t bytes, Nanos now,
+std::optional<Extent> CacheStore::Impl::AllocateExtent(uint64_t bytes, Nanos now,
                                                        TenantSharePolicy::Room room,
                                                        std::span<const Entry* const> keep) {
   room.bytes += bytes;
   for (size_t attempt = 0; attempt < kMaxVictimScan; ++attempt) {
     if (auto extent = arena->Allocate(bytes)) return extent;
-    if (!EvictOneLocked(EvictReason::kCapacity, now, bytes, keep, room)) break;
+    if (!EvictOne(EvictReason::kCapacity, now, bytes, keep, room)) break;
   }
   return std::nullopt;
 }
 
-std::string CacheStore::Impl::NoRoomLocked(uint64_t bytes,
-                                           const TenantSharePolicy::Room& room) const {
+std::string CacheStore::Impl::NoRoom(uint64_t bytes, const TenantSharePolicy::Room& room) const {
   std::string why = "no room for " + std::to_string(bytes) + " bytes in the DRAM tier";
   if (shares != nullptr && shares->PassesShare({room.ns, room.bytes + bytes})) {
     return why + ": the namespace has its share (" + std::to_string(shares->share_bytes()) +

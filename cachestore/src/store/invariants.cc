@@ -1,11 +1,12 @@
 // CheckInvariantsForTesting: walks every structure and checks it.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 Status CacheStore::CheckInvariantsForTesting() const {
   const Impl& s = *impl_;
-  std::lock_guard lock(s.structure_mu);
+  MutexLock lock(s.structure_mu);
   if (s.scan_starts.empty() && !s.demoted.empty()) {
     return Internal("entries that left DRAM are still logged with no SSD scan running");
   }
@@ -15,7 +16,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
   std::unordered_map<uint32_t, int64_t> lease_pinned;  // by namespace
   const Nanos now = s.clock->Now();
   for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-    std::shared_lock slock(s.shards[i].mu);
+    ReaderLock slock(s.shards[i].mu);
     for (const auto& [k, e] : s.shards[i].map) {
       if (!(e->key == k)) return Internal("index key differs from entry key");
       if (e->leases.load() != 0) lease_pinned[k.ns] += static_cast<int64_t>(e->extent.length);
@@ -37,7 +38,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
             return Internal("committed entry under a parent that is not committed");
           }
           if (e->leases.load() == 0 && e->readers.load() == 0 && e->first_child == nullptr &&
-              e->pinned_until.load() <= now && !s.EvictableLocked(*e, now)) {
+              e->pinned_until.load() <= now && !s.Evictable(*e, now)) {
             return Internal("unpinned leaf is not evictable");
           }
           break;
@@ -78,7 +79,7 @@ Status CacheStore::CheckInvariantsForTesting() const {
       static_cast<int64_t>(committed[1]) != s.m.entries_swa->Value()) {
     return Internal("entry gauges drifted");
   }
-  std::shared_lock ns_lock(s.ns_mu);
+  ReaderLock ns_lock(s.ns_mu);
   for (uint32_t ns = 0; ns < s.ns_lease_pinned.size(); ++ns) {
     if (s.ns_lease_pinned[ns].load() != lease_pinned[ns]) {
       return Internal("namespace '" + s.ns_names[ns] + "': its read leases pin " +

@@ -1,4 +1,5 @@
 #include "store/lease_table.h"
+#include "util/mutex.h"
 
 #include <algorithm>
 #include <random>
@@ -36,9 +37,9 @@ Result<LeaseId> LeaseTable::Grant(LeaseRecord& record, const LeaseLimits& limits
   if (record.write) {
     for (const EntryRef& ref : record.entries) bytes += ref.entry->extent.length;
   }
-  std::lock_guard lock(mu_);
-  DropEndedPinsLocked(record.granted);
-  const HeldByLeases before = HeldLocked(record.ns, record.granted);
+  MutexLock lock(mu_);
+  DropEndedPins(record.granted);
+  const HeldByLeases before = Held(record.ns, record.granted);
   if (before.entries + record.entries.size() > limits.entries) {
     return ResourceExhausted("its leases hold " + std::to_string(before.entries) + " entries; " +
                              std::to_string(record.entries.size()) + " more would pass the " +
@@ -63,18 +64,17 @@ Result<LeaseId> LeaseTable::Grant(LeaseRecord& record, const LeaseLimits& limits
 
 Status LeaseTable::HoldPin(const Entry* e, uint32_t ns, uint64_t bytes, Nanos now, Nanos until,
                            const LeaseLimits& limits) {
-  std::lock_guard lock(mu_);
-  DropEndedPinsLocked(now);
+  MutexLock lock(mu_);
+  DropEndedPins(now);
   auto it = pins_.find(e);
   if (it != pins_.end()) {
     // A pin renewed: its bytes are counted already.
-    ErasePinEndLocked(e, it->second.until);
+    ErasePinEnd(e, it->second.until);
     it->second.until = until;
     pin_ends_.emplace(until, e);
     return Status::Ok();
   }
-  if (std::string why =
-          PastBytes(HeldLocked(ns, now), ReadPinnedBytes(limits), bytes, limits.bytes);
+  if (std::string why = PastBytes(Held(ns, now), ReadPinnedBytes(limits), bytes, limits.bytes);
       !why.empty()) {
     return ResourceExhausted(why);
   }
@@ -85,12 +85,12 @@ Status LeaseTable::HoldPin(const Entry* e, uint32_t ns, uint64_t bytes, Nanos no
 }
 
 void LeaseTable::DropPin(const Entry* e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = pins_.find(e);
-  if (it != pins_.end()) DropPinLocked(it);
+  if (it != pins_.end()) DropPinRecord(it);
 }
 
-void LeaseTable::ErasePinEndLocked(const Entry* e, Nanos until) {
+void LeaseTable::ErasePinEnd(const Entry* e, Nanos until) {
   auto [first, last] = pin_ends_.equal_range(until);
   for (auto end = first; end != last; ++end) {
     if (end->second == e) {
@@ -100,22 +100,22 @@ void LeaseTable::ErasePinEndLocked(const Entry* e, Nanos until) {
   }
 }
 
-void LeaseTable::DropPinLocked(std::unordered_map<const Entry*, PinRecord>::iterator it) {
-  ErasePinEndLocked(it->first, it->second.until);
+void LeaseTable::DropPinRecord(std::unordered_map<const Entry*, PinRecord>::iterator it) {
+  ErasePinEnd(it->first, it->second.until);
   const uint32_t ns = it->second.ns;
   HeldByLeases& held = held_[ns];
   held.admin_pinned_bytes -= std::min(held.admin_pinned_bytes, it->second.bytes);
   pins_.erase(it);
-  ForgetIfEmptyLocked(ns);
+  ForgetIfEmpty(ns);
 }
 
-void LeaseTable::DropEndedPinsLocked(Nanos now) {
+void LeaseTable::DropEndedPins(Nanos now) {
   while (!pin_ends_.empty() && pin_ends_.begin()->first <= now) {
-    DropPinLocked(pins_.find(pin_ends_.begin()->second));
+    DropPinRecord(pins_.find(pin_ends_.begin()->second));
   }
 }
 
-HeldByLeases LeaseTable::HeldLocked(uint32_t ns, Nanos now) const {
+HeldByLeases LeaseTable::Held(uint32_t ns, Nanos now) const {
   auto it = held_.find(ns);
   HeldByLeases held = it == held_.end() ? HeldByLeases{} : it->second;
   for (auto end = pin_ends_.begin(); end != pin_ends_.end() && end->first <= now; ++end) {
@@ -131,29 +131,29 @@ uint64_t LeaseTable::ReadPinnedBytes(const LeaseLimits& limits) {
              : static_cast<uint64_t>(std::max<int64_t>(limits.read_pinned_bytes->load(), 0));
 }
 
-void LeaseTable::ForgetIfEmptyLocked(uint32_t ns) {
+void LeaseTable::ForgetIfEmpty(uint32_t ns) {
   auto it = held_.find(ns);
   if (it != held_.end() && it->second.entries == 0 && it->second.admin_pinned_bytes == 0) {
     held_.erase(it);
   }
 }
 
-void LeaseTable::ForgetLocked(const LeaseRecord& record) {
+void LeaseTable::Forget(const LeaseRecord& record) {
   auto it = held_.find(record.ns);
   if (it == held_.end()) return;
   HeldByLeases& held = it->second;
   held.entries -= std::min<uint64_t>(held.entries, record.entries.size());
   held.reserved_bytes -= std::min(held.reserved_bytes, record.reserved_bytes);
-  ForgetIfEmptyLocked(record.ns);
+  ForgetIfEmpty(record.ns);
 }
 
 HeldByLeases LeaseTable::held(uint32_t ns, Nanos now) const {
-  std::lock_guard lock(mu_);
-  return HeldLocked(ns, now);
+  MutexLock lock(mu_);
+  return Held(ns, now);
 }
 
 std::optional<bool> LeaseTable::IsWrite(uint32_t ns, LeaseId id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.ns != ns) return std::nullopt;
   return it->second.write;
@@ -161,7 +161,7 @@ std::optional<bool> LeaseTable::IsWrite(uint32_t ns, LeaseId id) const {
 
 Status LeaseTable::WithLive(uint32_t ns, LeaseId id, Nanos now,
                             const std::function<void(const LeaseRecord&)>& fn) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.ns != ns) {
     return LeaseExpired("lease " + std::to_string(id) + " is not live (expired or released)");
@@ -172,7 +172,7 @@ Status LeaseTable::WithLive(uint32_t ns, LeaseId id, Nanos now,
 }
 
 Status LeaseTable::Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry, Nanos longest_life) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.ns != ns) {
     return LeaseExpired("lease " + std::to_string(id) + " is not live (expired or released)");
@@ -190,21 +190,21 @@ Status LeaseTable::Renew(uint32_t ns, LeaseId id, Nanos now, Nanos new_expiry, N
 }
 
 std::optional<LeaseRecord> LeaseTable::Take(uint32_t ns, LeaseId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.ns != ns) return std::nullopt;
   LeaseRecord record = std::move(it->second);
   leases_.erase(it);
-  ForgetLocked(record);
+  Forget(record);
   return record;
 }
 
 std::vector<LeaseRecord> LeaseTable::TakeExpired(Nanos now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<LeaseRecord> out;
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.expiry <= now) {
-      ForgetLocked(it->second);
+      Forget(it->second);
       out.push_back(std::move(it->second));
       it = leases_.erase(it);
     } else {
@@ -215,7 +215,7 @@ std::vector<LeaseRecord> LeaseTable::TakeExpired(Nanos now) {
 }
 
 std::vector<LeaseRecord> LeaseTable::TakeAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<LeaseRecord> out;
   out.reserve(leases_.size());
   for (auto& [id, record] : leases_) out.push_back(std::move(record));
@@ -228,7 +228,7 @@ std::vector<LeaseRecord> LeaseTable::TakeAll() {
 }
 
 size_t LeaseTable::live(bool write) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [id, record] : leases_) n += record.write == write;
   return n;

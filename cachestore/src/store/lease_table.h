@@ -17,6 +17,7 @@
 #include "eviction/entry.h"
 #include "strata/status.h"
 #include "strata/store_types.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -103,26 +104,27 @@ class LeaseTable {
     Nanos until = 0;
   };
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // Starts at random: clients name leases by id alone, so a node restarted
   // must not hand out the ids its previous life did (a client's late abort
   // or write of the old lease would land on someone else's new one).
-  LeaseId next_id_;
-  std::unordered_map<LeaseId, LeaseRecord> leases_;
-  std::unordered_map<uint32_t, HeldByLeases> held_;  // by namespace
-  std::unordered_map<const Entry*, PinRecord> pins_;
-  std::multimap<Nanos, const Entry*> pin_ends_;  // each pin's `until`
+  LeaseId next_id_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<LeaseId, LeaseRecord> leases_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uint32_t, HeldByLeases> held_ ABSL_GUARDED_BY(mu_);  // by namespace
+  std::unordered_map<const Entry*, PinRecord> pins_ ABSL_GUARDED_BY(mu_);
+  std::multimap<Nanos, const Entry*> pin_ends_ ABSL_GUARDED_BY(mu_);  // each pin's `until`
 
-  void ForgetLocked(const LeaseRecord& record);
+  void Forget(const LeaseRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What `ns` holds with pins that ran out by `now` no longer counted.
-  HeldByLeases HeldLocked(uint32_t ns, Nanos now) const;
+  HeldByLeases Held(uint32_t ns, Nanos now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the pins that ran out by `now`.
-  void DropEndedPinsLocked(Nanos now);
+  void DropEndedPins(Nanos now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bytes `limits` counts for `ns` outside this table (its read pins).
   static uint64_t ReadPinnedBytes(const LeaseLimits& limits);
-  void DropPinLocked(std::unordered_map<const Entry*, PinRecord>::iterator it);
-  void ErasePinEndLocked(const Entry* e, Nanos until);
-  void ForgetIfEmptyLocked(uint32_t ns);
+  void DropPinRecord(std::unordered_map<const Entry*, PinRecord>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ErasePinEnd(const Entry* e, Nanos until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetIfEmpty(uint32_t ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // Match and MatchKeys: walking the prefix (PrefixLookup), pinning what hit,
 // finding the SWA state.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -167,7 +168,7 @@ class CacheStore::PrefixLookup {
     if (!hits_.empty()) {
       // Touch root-last so ancestors stay younger than descendants (the SWA
       // entry, if any, is last in `hits_` and touched first).
-      std::lock_guard lock(s_.structure_mu);
+      MutexLock lock(s_.structure_mu);
       for (size_t i = hits_.size(); i-- > 0;) {
         const EntryRef& ref = hits_[i];
         if (ref.entry->generation == ref.generation && ref.entry->in_policy) {
@@ -196,8 +197,8 @@ class CacheStore::PrefixLookup {
   // lease nothing stops eviction from reusing the entry right after.
   std::optional<BlockMatch> Pin(const EntryKey& k) {
     Impl::Shard& shard = s_.ShardFor(k);
-    std::shared_lock lock(shard.mu);
-    Entry* e = s_.FindVisibleLocked(shard, k, start_);
+    ReaderLock lock(shard.mu);
+    Entry* e = s_.FindVisible(shard, k, start_);
     if (e == nullptr) return std::nullopt;
     if (lease_ && e->leases.fetch_add(1) == 0) {
       e->ns_lease_pinned_bytes->fetch_add(static_cast<int64_t>(e->extent.length));

@@ -1,17 +1,18 @@
 // The maintenance thread: lease expiry, TTLs, watermarks, SSD upkeep.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 void CacheStore::Impl::MaintenanceLoop() {
-  std::unique_lock lock(maintenance_mu);
+  MutexLock lock(maintenance_mu);
   while (!stopping) {
-    maintenance_cv.wait_for(lock, std::chrono::nanoseconds(opts.maintenance_interval));
+    maintenance_cv.wait_for(lock.native(), std::chrono::nanoseconds(opts.maintenance_interval));
     if (stopping) break;
-    lock.unlock();
+    lock.Unlock();
     RunMaintenance();
     MaybeRunSsdMaintenance(/*background=*/true);
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -22,20 +23,20 @@ MaintenanceReport CacheStore::Impl::RunMaintenance() {
     (rec.write ? report.expired_write_leases : report.expired_read_leases)++;
     EndLease(rec, /*expired=*/true);
   }
-  std::lock_guard lock(structure_mu);
-  for (Entry*& head : ttl_head) {  // DeleteSubtreeLocked advances head
+  MutexLock lock(structure_mu);
+  for (Entry*& head : ttl_head) {  // DeleteSubtree advances head
     while (head != nullptr && head->expiry <= now) {
-      report.ttl_expired += DeleteSubtreeLocked(head, EvictReason::kTtl);
+      report.ttl_expired += DeleteSubtree(head, EvictReason::kTtl);
     }
   }
-  report.evicted = EvictToWatermarkLocked(now);
+  report.evicted = EvictToWatermark(now);
   return report;
 }
 
 void CacheStore::Impl::MaybeRunSsdMaintenance(bool background) {
   if (ssd == nullptr) return;
   {
-    std::lock_guard lock(maintenance_mu);
+    MutexLock lock(maintenance_mu);
     if (background && maintenance_runs++ % 10 != 0) return;
   }
   ssd->RunMaintenance();

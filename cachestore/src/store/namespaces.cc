@@ -1,39 +1,40 @@
 // Layouts, namespaces and their quotas (lease limits, held bytes), TTLs and
 // index lookups.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 const Layout* CacheStore::Impl::FindLayout(uint32_t id) const {
-  std::shared_lock lock(layouts_mu);
+  ReaderLock lock(layouts_mu);
   auto it = layouts.find(id);
   return it == layouts.end() ? nullptr : &it->second;
 }
 
 std::optional<uint32_t> CacheStore::Impl::FindNamespace(const std::string& ns) const {
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   auto it = ns_ids.find(ns);
   if (it == ns_ids.end()) return std::nullopt;
   return it->second;
 }
 
 CacheStore::Impl::NamespaceCounters& CacheStore::Impl::CountersOf(uint32_t ns) {
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   return ns_counters[ns];
 }
 
 const CacheStore::Impl::NamespaceCounters& CacheStore::Impl::CountersOf(uint32_t ns) const {
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   return ns_counters[ns];
 }
 
 std::atomic<int64_t>* CacheStore::Impl::LeasePinnedBytes(uint32_t ns) {
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   return &ns_lease_pinned[ns];
 }
 
 uint64_t CacheStore::Impl::ReadPinnedBytes(uint32_t ns) const {
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   return ns < ns_lease_pinned.size()
              ? static_cast<uint64_t>(std::max<int64_t>(ns_lease_pinned[ns].load(), 0))
              : 0;
@@ -66,7 +67,7 @@ LeaseHolding CacheStore::Impl::HoldingOf(uint32_t ns) const {
       .leased_entries_limit = opts.max_leased_entries_per_namespace};
 }
 
-CacheStore::Impl::ReserveNeed CacheStore::Impl::ReserveNeedLocked(
+CacheStore::Impl::ReserveNeed CacheStore::Impl::ComputeReserveNeed(
     uint32_t ns, std::span<const CommitBlock> blocks, Nanos now) const {
   absl::flat_hash_set<EntryKey, EntryKeyHash> seen;
   seen.reserve(blocks.size());
@@ -96,9 +97,9 @@ CacheStore::Impl::ReserveNeed CacheStore::Impl::ReserveNeedLocked(
   return need;
 }
 
-uint64_t CacheStore::Impl::UnevictableBytesLocked() const {
+uint64_t CacheStore::Impl::UnevictableBytes() const {
   uint64_t bytes = reserved_bytes;
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   for (const std::atomic<int64_t>& pinned : ns_lease_pinned) {
     bytes += static_cast<uint64_t>(std::max<int64_t>(pinned.load(), 0));
   }
@@ -120,7 +121,7 @@ Status CacheStore::Impl::LeaseRefused(const std::string& ns, const std::string& 
 
 uint32_t CacheStore::Impl::InternNamespace(const std::string& ns) {
   if (auto id = FindNamespace(ns)) return *id;
-  std::unique_lock lock(ns_mu);
+  WriterLock lock(ns_mu);
   auto [it, inserted] = ns_ids.emplace(ns, static_cast<uint32_t>(ns_names.size()));
   if (inserted) {
     ns_names.push_back(ns);
@@ -136,12 +137,12 @@ std::optional<uint32_t> CacheStore::Impl::NamespaceForAdmin(const std::string& n
   return kUnseenNamespace;
 }
 
-void CacheStore::Impl::ResolveUnseenLocked(const std::string& ns, uint32_t* id) const {
+void CacheStore::Impl::ResolveUnseen(const std::string& ns, uint32_t* id) const {
   if (*id != kUnseenNamespace) return;
   if (const std::optional<uint32_t> found = FindNamespace(ns)) *id = *found;
 }
 
-Entry* CacheStore::Impl::FindVisibleLocked(const Shard& shard, const EntryKey& k, Nanos now) const {
+Entry* CacheStore::Impl::FindVisible(const Shard& shard, const EntryKey& k, Nanos now) const {
   auto it = shard.map.find(k);
   return it == shard.map.end() ? nullptr : VisibleOrNull(it->second, now);
 }

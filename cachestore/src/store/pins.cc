@@ -1,15 +1,16 @@
 // Pins and leases on entries: unpinning, reclaiming, ending a lease; checking
 // a block before it is reserved.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 void CacheStore::Impl::MaybeReclaim(const EntryRef& ref) {
   Entry* e = ref.entry;
   if (e->state.load() != EntryState::kDeleting) return;
-  std::lock_guard lock(structure_mu);
+  MutexLock lock(structure_mu);
   if (e->generation != ref.generation || e->state.load() != EntryState::kDeleting) return;
-  EraseIfUnpinnedLocked(e);
+  EraseIfUnpinned(e);
 }
 
 void CacheStore::Impl::Unpin(const EntryRef& ref, bool lease) {
@@ -17,7 +18,7 @@ void CacheStore::Impl::Unpin(const EntryRef& ref, bool lease) {
   bool deleting;
   {
     Shard& shard = ShardFor(e->key);
-    std::shared_lock lock(shard.mu);
+    ReaderLock lock(shard.mu);
     if (!lease) {
       e->readers.fetch_sub(1);
     } else if (e->leases.fetch_sub(1) == 1) {
@@ -32,11 +33,11 @@ void CacheStore::Impl::EndLease(LeaseRecord& rec, bool expired) {
   if (rec.write) {
     m.leases_live_write->Add(-1);
     if (expired) m.leases_expired_write->Increment();
-    std::lock_guard lock(structure_mu);
+    MutexLock lock(structure_mu);
     for (const EntryRef& ref : rec.entries) {
       if (ref.entry->generation == ref.generation &&
           ref.entry->state.load() == EntryState::kReserved) {
-        EraseReservedLocked(ref.entry);
+        EraseReserved(ref.entry);
       }
     }
     return;

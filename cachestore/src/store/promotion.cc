@@ -1,19 +1,20 @@
 // Promotion: reading SSD-only entries back into DRAM, once per entry however
 // many callers want it.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
 bool CacheStore::Impl::InDram(const EntryKey& k, Nanos now) const {
   const Shard& shard = ShardFor(k);
-  std::shared_lock lock(shard.mu);
-  return FindVisibleLocked(shard, k, now) != nullptr;
+  ReaderLock lock(shard.mu);
+  return FindVisible(shard, k, now) != nullptr;
 }
 
 EntryRef CacheStore::Impl::PinReader(const EntryKey& k, Nanos now) {
   Shard& shard = ShardFor(k);
-  std::shared_lock lock(shard.mu);
-  Entry* e = FindVisibleLocked(shard, k, now);
+  ReaderLock lock(shard.mu);
+  Entry* e = FindVisible(shard, k, now);
   if (e == nullptr) return {};
   e->readers.fetch_add(1);
   return {e, e->generation};
@@ -36,7 +37,7 @@ std::vector<Result<EntryRef>> CacheStore::Impl::PinOrPromoteMany(
       continue;
     }
     if (!SsdAdmits(keys[i].kind)) continue;
-    std::lock_guard lock(promo_mu);
+    MutexLock lock(promo_mu);
     auto [it, inserted] = promotions.try_emplace(keys[i]);
     if (inserted) {
       it->second = std::make_shared<Promotion>();
@@ -55,12 +56,12 @@ std::vector<Result<EntryRef>> CacheStore::Impl::PinOrPromoteMany(
     for (size_t i : run) {
       Promotion& p = *promos[i];
       {
-        std::lock_guard lock(p.mu);
+        MutexLock lock(p.mu);
         p.done = true;
         p.status = results[i].ok() ? Status::Ok() : results[i].status();
       }
       p.cv.notify_all();
-      std::lock_guard lock(promo_mu);
+      MutexLock lock(promo_mu);
       promotions.erase(keys[i]);
       promos[i].reset();  // done: what is left are other callers' promotions
     }
@@ -81,8 +82,9 @@ std::vector<Result<EntryRef>> CacheStore::Impl::PinOrPromoteMany(
     } else if (promos[i] != nullptr && i < last_lead) {
       promote_run();
       Promotion& p = *promos[i];
-      std::unique_lock lock(p.mu);
-      p.cv.wait_for(lock, kParentPromotionWait, [&] { return p.done; });
+      MutexLock lock(p.mu);
+      p.cv.wait_for(lock.native(), kParentPromotionWait,
+                    [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) { return p.done; });
     }
   }
   promote_run();
@@ -90,13 +92,13 @@ std::vector<Result<EntryRef>> CacheStore::Impl::PinOrPromoteMany(
   for (size_t i = 0; i < keys.size(); ++i) {
     if (promos[i] == nullptr) continue;
     Promotion& p = *promos[i];
-    std::unique_lock lock(p.mu);
-    p.cv.wait(lock, [&] { return p.done; });
+    MutexLock lock(p.mu);
+    p.cv.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) { return p.done; });
     if (!p.status.ok()) {
       results[i] = p.status;
       continue;
     }
-    lock.unlock();
+    lock.Unlock();
     EntryRef ref = PinReader(keys[i], now);
     results[i] = ref.entry != nullptr
                      ? Result<EntryRef>(ref)
@@ -167,19 +169,19 @@ Result<Entry*> CacheStore::Impl::Stage(const EntryKey& k, const ModelId& model, 
       layout->PayloadBytes() != meta->payload_bytes) {
     return NotFound("SSD entry has an unknown layout " + std::to_string(meta->layout_id));
   }
-  std::lock_guard lock(structure_mu);
+  MutexLock lock(structure_mu);
   if (deleting_keys.contains(k)) {
     return Unavailable("an entry under this key is being deleted");
   }
   Shard& shard = ShardFor(k);
   {
-    std::shared_lock slock(shard.mu);
+    ReaderLock slock(shard.mu);
     if (shard.map.count(k) != 0) return nullptr;
   }
-  std::optional<Extent> extent = AllocateLocked(meta->payload_bytes, now, {k.ns, 0});
+  std::optional<Extent> extent = AllocateExtent(meta->payload_bytes, now, {k.ns, 0});
   if (!extent.has_value()) {
     return ResourceExhausted("cannot promote an SSD entry: " +
-                             NoRoomLocked(meta->payload_bytes, {k.ns, 0}));
+                             NoRoom(meta->payload_bytes, {k.ns, 0}));
   }
   Entry* e = pool.Acquire();
   e->key = k;
@@ -193,7 +195,7 @@ Result<Entry*> CacheStore::Impl::Stage(const EntryKey& k, const ModelId& model, 
   e->extent = *extent;
   e->state.store(EntryState::kReserved);
   {
-    std::unique_lock slock(shard.mu);
+    WriterLock slock(shard.mu);
     shard.map.emplace(k, e);
   }
   ++reserved_entries;
@@ -206,35 +208,35 @@ Result<Entry*> CacheStore::Impl::Stage(const EntryKey& k, const ModelId& model, 
 Result<EntryRef> CacheStore::Impl::Publish(Entry* e, const Status& read,
                                            const std::optional<ChainKey>& parent, Nanos now) {
   const EntryKey& k = e->key;
-  std::lock_guard lock(structure_mu);
+  MutexLock lock(structure_mu);
   if (!read.ok()) {
-    EraseLocked(e);
+    EraseEntry(e);
     return read;
   }
   // An admin delete or evict erases the SSD copy and then the DRAM entry:
   // a promotion that read the copy before must not bring it back.
   if (!ssd->Contains(SsdKeyOf(k, e->model_id))) {
-    EraseLocked(e);
+    EraseEntry(e);
     return NotFound("entry was deleted while being promoted");
   }
   Entry* parent_entry = nullptr;
   if (parent.has_value() && k.kind == StateKind::kGlobalKv) {
     const EntryKey pk{k.ns, StateKind::kGlobalKv, *parent};
     Shard& pshard = ShardFor(pk);
-    std::shared_lock slock(pshard.mu);
-    parent_entry = FindVisibleLocked(pshard, pk, now);
+    ReaderLock slock(pshard.mu);
+    parent_entry = FindVisible(pshard, pk, now);
   }
   // A block whose parent did not make it into DRAM (its read failed, or
   // another caller's promotion of it is late) would be published unlinked,
   // outside the prefix tree: evictable before its parent and missed by a
   // delete of it. The prefix is cut here instead.
   if (parent.has_value() && k.kind == StateKind::kGlobalKv && parent_entry == nullptr) {
-    EraseLocked(e);
+    EraseEntry(e);
     return NotFound("its parent block is not in DRAM");
   }
   {
     Shard& shard = ShardFor(k);
-    std::unique_lock slock(shard.mu);
+    WriterLock slock(shard.mu);
     e->expiry = now + TtlFor(k.kind);
     e->readers.fetch_add(1);  // the caller's pin
     e->state.store(EntryState::kCommitted);

@@ -1,24 +1,25 @@
 // SSD write-back: the queue of committed entries, the thread that writes
 // them to the SSD tier, and the log that keeps admin scans whole.
 #include "store/cache_store_impl.h"
+#include "util/mutex.h"
 
 namespace strata {
 
-void CacheStore::Impl::MoveSsdScanLocked(uint64_t from, uint64_t to) {
+void CacheStore::Impl::MoveSsdScan(uint64_t from, uint64_t to) {
   if (from != kNoScan) scan_starts.erase(scan_starts.find(from));
   if (to != kNoScan) scan_starts.insert(to);
-  const uint64_t keep = scan_starts.empty() ? DemotedEndLocked() : *scan_starts.begin();
+  const uint64_t keep = scan_starts.empty() ? DemotedEnd() : *scan_starts.begin();
   for (; demoted_base < keep; ++demoted_base) demoted.pop_front();
 }
 
 std::string CacheStore::Impl::NamespaceName(uint32_t id) const {
-  std::shared_lock lock(ns_mu);
+  ReaderLock lock(ns_mu);
   return id < ns_names.size() ? ns_names[id] : std::string();
 }
 
 void CacheStore::Impl::EnqueueWriteBack(Entry* e) {
   {
-    std::lock_guard lock(wb_mu);
+    MutexLock lock(wb_mu);
     if (wb_queue.size() >= opts.ssd_writeback_queue) {
       wb_dropped.fetch_add(1);
       ssd_wb_dropped->Increment();
@@ -31,14 +32,16 @@ void CacheStore::Impl::EnqueueWriteBack(Entry* e) {
 }
 
 void CacheStore::Impl::WriteBackLoop() {
-  std::unique_lock lock(wb_mu);
+  MutexLock lock(wb_mu);
   while (true) {
-    wb_cv.wait(lock, [&] { return wb_stopping || !wb_queue.empty(); });
+    wb_cv.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wb_mu) {
+      return wb_stopping || !wb_queue.empty();
+    });
     if (wb_queue.empty()) return;  // stopping, and drained
     if (before_write_back) {       // before the batch is taken: a test's gate holds all it queues
-      lock.unlock();
+      lock.Unlock();
       before_write_back();
-      lock.lock();
+      lock.Lock();
     }
     std::vector<EntryRef> batch;
     while (!wb_queue.empty() && batch.size() < opts.ssd_writeback_batch) {
@@ -46,9 +49,9 @@ void CacheStore::Impl::WriteBackLoop() {
       wb_queue.pop_front();
     }
     wb_busy = batch.size();
-    lock.unlock();
+    lock.Unlock();
     WriteBack(batch);
-    lock.lock();
+    lock.Lock();
     wb_busy = 0;
     ssd_wb_pending->Set(static_cast<int64_t>(wb_queue.size()));
     if (wb_queue.empty()) wb_idle_cv.notify_all();
@@ -59,11 +62,11 @@ void CacheStore::Impl::WriteBack(const std::vector<EntryRef>& batch) {
   std::vector<EntryRef> pinned;
   std::vector<SsdWrite> writes;
   {
-    std::lock_guard lock(structure_mu);  // generations are read under it
+    MutexLock lock(structure_mu);  // generations are read under it
     for (const EntryRef& ref : batch) {
       Entry* e = ref.entry;
       Shard& shard = ShardFor(e->key);
-      std::shared_lock slock(shard.mu);
+      ReaderLock slock(shard.mu);
       if (e->generation != ref.generation || e->state.load() != EntryState::kCommitted) continue;
       e->readers.fetch_add(1);
       pinned.push_back(ref);
@@ -115,11 +118,11 @@ void CacheStore::Impl::WriteBack(const std::vector<EntryRef>& batch) {
 void CacheStore::Impl::DropCorrupt(const std::vector<EntryRef>& corrupt) {
   if (corrupt.empty()) return;
   m.checksum_failures->Increment(corrupt.size());
-  std::lock_guard lock(structure_mu);
+  MutexLock lock(structure_mu);
   for (const EntryRef& ref : corrupt) {
     Entry* e = ref.entry;
     if (e->generation == ref.generation && e->state.load() == EntryState::kCommitted) {
-      DeleteSubtreeLocked(e, EvictReason::kChecksum);
+      DeleteSubtree(e, EvictReason::kChecksum);
     }
   }
 }
