@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "engine_internal.h"
 #include "engine_metrics.h"
 #include "kv_transfer.h"
 #include "store_health.h"
@@ -22,30 +23,12 @@ constexpr uint32_t kIndexBytes = kernels::kIndexerKey.Bytes();
 constexpr uint32_t kSlotBytes = kernels::kSwaFp8.Bytes();
 constexpr uint32_t kEntryBytes = kMainBytes + kIndexBytes;
 
-double SecondsBetween(Nanos a, Nanos b) { return static_cast<double>(b - a) / 1e9; }
-
 // Pool pages a fetch leaves free for commit staging (a commit takes one page
 // and gives it back at once): fetches of waiting requests never starve the
 // commits of running ones.
 constexpr uint32_t kStagingPages = 2;
 uint32_t StagingPages(const BlockPool& pool) {
   return std::min(kStagingPages, pool.capacity() / 4);
-}
-
-// How many (state, prefix) pairs Engine::stale_swa_ remembers, and how
-// many prefixes Engine::replays_ counts.
-constexpr size_t kStaleSwaPairs = 4096;
-constexpr size_t kReplayedPrefixes = 4096;
-
-// Notes `key`, just added to `remembered`, as the newest in `order`, and
-// forgets the oldest once there are more than `cap`.
-template <typename Remembered>
-void RememberNewest(Remembered& remembered, std::deque<uint64_t>& order, uint64_t key, size_t cap) {
-  order.push_back(key);
-  if (order.size() > cap) {
-    remembered.erase(order.front());
-    order.pop_front();
-  }
 }
 
 // The lineage of a prefix (SwaShape::lineage): each global KV block's entry
@@ -58,59 +41,6 @@ uint64_t ExtendLineage(uint64_t lineage, uint64_t block_checksum) {
 }
 
 }  // namespace
-
-enum class Phase : uint8_t { kQueued, kPrefill, kDecode };
-
-struct Engine::Sequence {
-  Request req;
-  Phase phase = Phase::kQueued;
-  Nanos arrival = 0;
-  SequenceState state;
-  std::vector<uint32_t> tokens;  // prompt, then generated tokens
-  std::vector<ChainKey> keys;    // key[0..n]
-  int64_t cursor = 0;            // tokens whose global KV / rings are written
-  int64_t replay_begin = -1;     // pending encoder replay [replay_begin, hit boundary)
-  bool use_store = true;         // false after a fallback to full recompute
-  uint64_t committed_upto = 0;   // GLOBAL_KV blocks [0, committed_upto) are in the store
-  // Blocks [0, stored_upto) are in the store as far as this run knows:
-  // fetched, or committed (now or before a restart). SWA state is only
-  // committed over such a prefix; over a block the store refused, no match
-  // could ever reach it.
-  uint32_t stored_upto = 0;
-  bool first_token_out = false;
-  std::vector<uint32_t> generated;
-  RequestStats stats;
-
-  // The fetch in flight (DESIGN §9 step 1).
-  MatchResult match;
-  uint32_t fetch_blocks = 0;  // planned usable prefix
-  bool fetch_swa = false;     // exact path: SWA state at the hit boundary
-  std::vector<uint32_t> fetch_pages;
-  std::vector<std::byte> swa_buffer;
-  std::unique_ptr<FetchJob> fetch;
-  uint64_t fetch_health_epoch = 0;  // StoreHealth::epoch() when it started
-  std::vector<bool> group_loaded;
-  bool swa_loaded = false;
-  bool fetch_failed = false;  // a layer found its layer group missing
-  bool swa_stale = false;     // the fetched SWA state descends from other global KV
-  // Digest of global KV blocks [0, lineage_blocks) as this run has them:
-  // fetched (the store's checksums) or computed and sealed here.
-  uint64_t lineage = 0;
-  uint32_t lineage_blocks = 0;
-  bool done = false;            // finished; removed at the end of the step
-  uint32_t deferred_pages = 0;  // queued: its fetch needs this many pages free
-};
-
-// A transfer its request no longer follows, with what it still holds: the
-// job, its own page references, the SWA buffer it writes into and the
-// match's lease.
-struct Engine::AbandonedFetch {
-  std::vector<uint32_t> pages;
-  std::vector<std::byte> swa_buffer;
-  LeaseId lease = 0;
-  uint64_t health_epoch = 0;      // StoreHealth::epoch() when it started
-  std::unique_ptr<FetchJob> job;  // last: destroyed (joined) before the buffer
-};
 
 Result<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& model, EngineOptions options) {
   STRATA_RETURN_IF_ERROR(model.config.Validate());
@@ -251,6 +181,36 @@ uint32_t Engine::FetchRoom() const {
 // empty one) leaves the request queued, its lease released: running requests
 // free their fetch pages after their first chunk. False when deferred.
 bool Engine::Admit(Sequence& seq, bool may_defer) {
+  StartPrefill(seq);
+  DeriveChainKeys(seq);
+  const std::optional<uint32_t> matched = MatchPrefix(seq);
+  if (!matched.has_value()) return true;
+  uint32_t usable = *matched;
+  const uint32_t room = FetchRoom();
+  const uint32_t ever = pool_.capacity() - StagingPages(pool_);  // in an empty pool
+  if (may_defer && usable > room && usable <= ever) {
+    seq.deferred_pages = usable;
+    seq.stats.matched_tokens = 0;  // the match is let go; the next admission matches again
+    ReleaseFetch(seq);
+    seq.phase = Phase::kQueued;
+    return false;
+  }
+  seq.deferred_pages = 0;
+  // Pages for the fetched blocks; a full pool fetches a shorter prefix.
+  usable = std::min(usable, room);
+  std::vector<std::span<std::byte>> buffers;
+  usable = TakeFetchPages(seq, usable, buffers);
+  if (usable == 0) {
+    ReleaseFetch(seq);
+    return true;
+  }
+  if (!PlanFetch(seq, usable)) return true;  // computed exactly instead
+  StartFetch(seq, usable, std::move(buffers));
+  return true;
+}
+
+// A fresh prefill from token 0, and where its decoder starts.
+void Engine::StartPrefill(Sequence& seq) {
   const ModelConfig& c = model_.config;
   const uint32_t bt = c.block_tokens;
   const int64_t t = static_cast<int64_t>(seq.req.prompt.size());
@@ -266,7 +226,12 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   // before the end, so a hit boundary never lies past it.
   const int64_t keep_from = std::max<int64_t>(0, t - options_.keep_tokens);
   seq.state.decoder_start = keep_from / bt * bt;
+}
 
+// key[0] under the store's namespace (none known: the request does without
+// the store), then a key per full block of the prompt.
+void Engine::DeriveChainKeys(Sequence& seq) {
+  const uint32_t bt = model_.config.block_tokens;
   const std::string* ns = ChainNamespace();
   if (ns == nullptr) seq.use_store = false;  // computed, nothing matched or committed
   const ChainRoot root{ns != nullptr ? std::string_view(*ns) : kNoStoreNamespace, model_id_,
@@ -274,16 +239,23 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   seq.keys.assign(1, ChainKeys::Root(root));
   Result<std::vector<ChainKey>> keys = ChainKeys::ForPrompt(root, seq.req.prompt, bt);
   if (keys.ok()) seq.keys.insert(seq.keys.end(), keys->begin(), keys->end());
+}
 
+// Matches the prompt's blocks in the store, taking a lease: the blocks of
+// the match this engine can read (maybe none), or nullopt when no match was
+// made (no store reads, nothing before the decoder start, the store out of
+// reach or failing).
+std::optional<uint32_t> Engine::MatchPrefix(Sequence& seq) {
+  const uint32_t bt = model_.config.block_tokens;
   // Only blocks before the decoder start are useful (the decoder needs the
   // encoder's output from there on), so only they are matched: the store
   // then reports the SWA state at the deepest boundary we can resume from.
   const size_t wanted =
       std::min<size_t>(seq.keys.size() - 1, static_cast<size_t>(seq.state.decoder_start / bt));
-  if (!seq.use_store || !options_.use_store_reads || wanted == 0) return true;
+  if (!seq.use_store || !options_.use_store_reads || wanted == 0) return std::nullopt;
   if (!store_health_->Usable()) {
     ++seq.stats.store_skipped;
-    return true;
+    return std::nullopt;
   }
   MatchKeysRequest mr;
   mr.model_id = model_id_;
@@ -299,7 +271,7 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   store_health_->Record(match.status(), StoreHealth::Path::kControl);
   if (!match.ok()) {
     ++seq.stats.store_errors;
-    return true;
+    return std::nullopt;
   }
   seq.match = std::move(match).value();
   seq.stats.matched_tokens = seq.match.hit_tokens();
@@ -312,19 +284,13 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
       break;
     }
   }
-  const uint32_t room = FetchRoom();
-  const uint32_t ever = pool_.capacity() - StagingPages(pool_);  // in an empty pool
-  if (may_defer && usable > room && usable <= ever) {
-    seq.deferred_pages = usable;
-    seq.stats.matched_tokens = 0;  // the match is let go; the next admission matches again
-    ReleaseFetch(seq);
-    seq.phase = Phase::kQueued;
-    return false;
-  }
-  seq.deferred_pages = 0;
-  // Pages for the fetched blocks; a full pool fetches a shorter prefix.
-  usable = std::min(usable, room);
-  std::vector<std::span<std::byte>> buffers;
+  return usable;
+}
+
+// A pool page for each of the first `usable` blocks, its buffer into
+// `buffers`; returns how many blocks got one.
+uint32_t Engine::TakeFetchPages(Sequence& seq, uint32_t usable,
+                                std::vector<std::span<std::byte>>& buffers) {
   for (uint32_t b = 0; b < usable; ++b) {
     Result<uint32_t> page = pool_.Allocate();
     if (!page.ok()) {
@@ -334,10 +300,13 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
     seq.fetch_pages.push_back(*page);
     buffers.push_back(pool_.Page(*page).first(global_layout_.PayloadBytes()));
   }
-  if (usable == 0) {
-    ReleaseFetch(seq);
-    return true;
-  }
+  return usable;
+}
+
+// The fetched prefix's lineage, and whether the SWA state at its boundary
+// comes with it (the exact path) or the encoder replays. False when the
+// prefix is computed from token 0 instead (ComputeExactly): nothing to fetch.
+bool Engine::PlanFetch(Sequence& seq, uint32_t usable) {
   seq.fetch_blocks = usable;
   seq.stored_upto = usable;
   for (uint32_t b = 0; b < usable; ++b) {
@@ -353,8 +322,16 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   }
   if (!seq.fetch_swa && ReplayedOftenEnough(seq, usable)) {
     ComputeExactly(seq, usable);
-    return true;
+    return false;
   }
+  return true;
+}
+
+// Starts the transfer of `usable` blocks (and the SWA state, when planned)
+// into `buffers`; the prefill resumes at their boundary.
+void Engine::StartFetch(Sequence& seq, uint32_t usable, std::vector<std::span<std::byte>> buffers) {
+  const ModelConfig& c = model_.config;
+  const uint32_t bt = c.block_tokens;
   FetchRequest fr;
   fr.block_buffers = std::move(buffers);
   if (seq.fetch_swa) {
@@ -376,7 +353,6 @@ bool Engine::Admit(Sequence& seq, bool may_defer) {
   seq.cursor = boundary;
   seq.stats.hit_tokens = static_cast<uint64_t>(boundary);
   if (!seq.fetch_swa) PlanEncoderReplay(seq);
-  return true;
 }
 
 // The SWA state the match reported, paired with the lineage of the blocks
@@ -668,179 +644,6 @@ void Engine::AfterChunk(Sequence& seq, int64_t end) {
       options_.swa_every_block) {
     CommitSwa(seq, block + 1);
   }
-}
-
-std::vector<StepOutput> Engine::Step() {
-  ReapAbandonedFetches(/*wait=*/false);
-  std::vector<StepOutput> outputs;
-  // Admission in arrival order, up to max_running requests at once. A
-  // request admitted now starts its fetch and joins the next step, its
-  // transfer overlapping this step's compute, unless there is nothing else to
-  // run. A request whose fetch must wait for pool pages holds back those
-  // behind it (first come, first served).
-  std::vector<bool> admitted_now(order_.size(), false);
-  uint32_t running = 0;
-  for (uint64_t id : order_) running += seqs_.at(id)->phase != Phase::kQueued ? 1 : 0;
-  const bool other_work = running > 0;
-  bool busy = other_work;
-  for (size_t k = 0; k < order_.size() && running < options_.max_running; ++k) {
-    Sequence& seq = *seqs_.at(order_[k]);
-    if (seq.phase != Phase::kQueued) continue;
-    // Still no room for the fetch it was deferred for: no new match yet.
-    if (busy && seq.deferred_pages > FetchRoom()) break;
-    if (!Admit(seq, /*may_defer=*/busy)) break;
-    admitted_now[k] = true;
-    busy = true;
-    ++running;
-  }
-  // Build the batch: decodes first (one token each), then prefill chunks.
-  std::vector<ForwardItem> items;
-  std::vector<Sequence*> owners;
-  std::vector<bool> is_replay;
-  uint32_t budget = options_.max_batch_tokens;
-  uint32_t prefill_tokens = 0;
-  const uint32_t bt = model_.config.block_tokens;
-  for (uint64_t id : order_) {
-    Sequence& seq = *seqs_.at(id);
-    if (seq.phase != Phase::kDecode) continue;
-    ForwardItem item;
-    item.seq = &seq.state;
-    item.begin = seq.cursor;
-    item.tokens = std::span<const uint32_t>(seq.tokens).subspan(static_cast<size_t>(seq.cursor), 1);
-    item.want_logits = true;
-    items.push_back(item);
-    owners.push_back(&seq);
-    is_replay.push_back(false);
-  }
-  for (size_t k = 0; k < order_.size(); ++k) {
-    Sequence& seq = *seqs_.at(order_[k]);
-    if (seq.phase != Phase::kPrefill || budget == 0) continue;
-    if (admitted_now[k] && other_work && seq.fetch) continue;
-    ForwardItem item;
-    item.seq = &seq.state;
-    const int64_t prompt = static_cast<int64_t>(seq.req.prompt.size());
-    if (seq.replay_begin >= 0) {
-      // The replay runs in chunks within the budget, like any prefill.
-      item.begin = seq.replay_begin;
-      item.tokens =
-          std::span<const uint32_t>(seq.tokens)
-              .subspan(
-                  static_cast<size_t>(seq.replay_begin),
-                  static_cast<size_t>(std::min(seq.cursor - seq.replay_begin, int64_t{budget})));
-      item.write_global = false;
-      item.run_decoder = false;
-      is_replay.push_back(true);
-    } else {
-      const int64_t block_end = (seq.cursor / bt + 1) * bt;
-      const int64_t end = std::min({prompt, block_end, seq.cursor + int64_t{budget}});
-      item.begin = seq.cursor;
-      item.tokens =
-          std::span<const uint32_t>(seq.tokens)
-              .subspan(static_cast<size_t>(seq.cursor), static_cast<size_t>(end - seq.cursor));
-      item.want_logits = end == prompt;
-      is_replay.push_back(false);
-    }
-    budget -= std::min<uint32_t>(budget, static_cast<uint32_t>(item.tokens.size()));
-    prefill_tokens += static_cast<uint32_t>(item.tokens.size());
-    items.push_back(item);
-    owners.push_back(&seq);
-  }
-  last_step_prefill_tokens_ = prefill_tokens;
-  if (items.empty()) {
-    if (metrics_) metrics_->SetLoad(Counters());
-    return outputs;
-  }
-
-  ForwardHooks hooks;
-  hooks.before_layer = [&](uint32_t layer, size_t i) { return BeforeLayer(*owners[i], layer); };
-  ForwardOptions fopt;
-  fopt.masked_attention = options_.masked_attention;
-  fopt.pool = kernel_pool_.get();
-  std::vector<std::vector<float>> logits;
-  Forward(model_, items, hooks, fopt, logits);
-
-  for (size_t i = 0; i < items.size(); ++i) {
-    Sequence& seq = *owners[i];
-    if (seq.swa_stale) {
-      seq.swa_stale = false;
-      seq.fetch_swa = false;
-      seq.stats.swa_rejected = true;
-      const uint64_t pair = StaleSwaKey(seq);
-      if (stale_swa_.insert(pair).second) {
-        RememberNewest(stale_swa_, stale_swa_order_, pair, kStaleSwaPairs);
-      }
-      PlanEncoderReplay(seq);  // runs next step, on the fetched global KV
-      continue;
-    }
-    bool failed = seq.fetch_failed;
-    if (!failed && seq.fetch && !is_replay[i]) {
-      // Every layer group has been read once the decoder ran: the transfer
-      // is over; a failure anywhere in it means recomputing.
-      const bool all_loaded =
-          std::all_of(seq.group_loaded.begin(), seq.group_loaded.end(), [](bool b) { return b; });
-      if (all_loaded) {
-        const FetchOutcome out = seq.fetch->Finish();
-        failed = out.blocks_ready < seq.fetch_blocks || (seq.fetch_swa && !out.swa_ready);
-        if (!failed && metrics_)
-          metrics_->OnFetch(seq.fetch->FirstGroupSeconds(), seq.fetch->Seconds());
-        if (!failed) ReleaseFetch(seq);
-      }
-    }
-    if (!failed && seq.fetch && is_replay[i]) {
-      // A replay that lost its global KV mid-way shows as missing groups.
-      for (uint32_t l = 0; l < model_.config.encoder_layers && !failed; ++l) {
-        failed = !seq.group_loaded[model_.config.layers[l].source];
-      }
-    }
-    if (failed) {
-      Restart(seq, "fetch failed");
-      continue;
-    }
-    if (is_replay[i]) {
-      seq.replay_begin += static_cast<int64_t>(items[i].tokens.size());
-      if (seq.replay_begin == seq.cursor) seq.replay_begin = -1;  // rings rebuilt; the suffix next
-      continue;
-    }
-    const int64_t end = items[i].begin + static_cast<int64_t>(items[i].tokens.size());
-    AfterChunk(seq, end);
-    if (!items[i].want_logits) {
-      seq.stats.computed_tokens += items[i].tokens.size();
-      continue;
-    }
-    if (seq.phase == Phase::kPrefill) seq.stats.computed_tokens += items[i].tokens.size();
-    const uint32_t token = Sample(logits[i], seq.req.sampling, end);
-    StepOutput out;
-    out.id = seq.req.id;
-    out.new_tokens.push_back(token);
-    if (options_.return_logits) out.logits.push_back(logits[i]);
-    if (!seq.first_token_out) {
-      seq.first_token_out = true;
-      seq.stats.ttft_s = SecondsBetween(seq.arrival, clock_.Now());
-      if (metrics_) metrics_->OnFirstToken(seq.stats.ttft_s);
-    }
-    seq.generated.push_back(token);
-    seq.tokens.push_back(token);
-    seq.phase = Phase::kDecode;
-    if (seq.generated.size() >= seq.req.max_new_tokens) {
-      StepOutput fin = Finish(seq, /*aborted=*/false);
-      fin.new_tokens = std::move(out.new_tokens);
-      fin.logits = std::move(out.logits);
-      outputs.push_back(std::move(fin));
-    } else {
-      outputs.push_back(std::move(out));
-    }
-  }
-  // Forget finished requests.
-  std::erase_if(order_, [&](uint64_t id) {
-    auto it = seqs_.find(id);
-    if (it->second->done) {
-      seqs_.erase(it);
-      return true;
-    }
-    return false;
-  });
-  if (metrics_) metrics_->SetLoad(Counters());
-  return outputs;
 }
 
 void Engine::Release(Sequence& seq) { ReleaseFetch(seq); }

@@ -337,36 +337,73 @@ class ForwardPass {
     }
   }
 
-  void RunLayer(uint32_t l) {
-    const std::vector<uint32_t> rows = ActiveRows(l);
-    if (rows.empty()) return;
-    const uint32_t d = c_.d_model;
-    const size_t n = rows.size();
-    const LayerSpec& spec = c_.layers[l];
-    const LayerWeights& w = m_.layers[l];
-    const uint32_t src = spec.source;
-    const uint32_t stride = c_.sources[src].stride;
-    const bool decoder = c_.IsDecoder(l);
+  // One layer's rows and what its steps hand on, in RunLayer's order.
+  struct LayerRows {
+    std::vector<uint32_t> rows;  // ActiveRows
+    size_t n = 0;                // rows.size()
+    std::vector<float> x, xn, y;
+    std::vector<uint32_t> item_of_row, items;
+    std::vector<int64_t> positions;
+    std::vector<ScratchRing> scratch;     // per item
+    std::vector<int64_t> end;             // per item: past its last row's position
+    std::vector<kernels::SequenceKv> kv;  // per item
+    std::vector<int32_t> topk;            // per row
+  };
 
-    std::vector<float> x, xn(n * d);
+  void RunLayer(uint32_t l) {
+    LayerRows lr;
+    lr.rows = ActiveRows(l);
+    if (lr.rows.empty()) return;
+    lr.n = lr.rows.size();
+    NormRows(l, lr);
+    LoadLocalKeys(l, lr);
+    SelectTopk(l, lr);
+    Attend(l, lr);
+    MoeFfn(l, lr);
+  }
+
+  // The layer's input normed for attention, and its items.
+  void NormRows(uint32_t l, LayerRows& lr) const {
+    const std::vector<uint32_t>& rows = lr.rows;
+    const uint32_t d = c_.d_model;
+    const size_t n = lr.n;
+    const LayerWeights& w = m_.layers[l];
+    std::vector<float>& x = lr.x;
+    std::vector<float>& xn = lr.xn;
+    xn.resize(n * d);
     Gather(rows, x);
     RmsNorm(x.data(), n, d, w.attn_norm.data(), c_.norm_eps, xn.data());
 
     // Items in this layer, in row order; rows of one item are contiguous.
-    std::vector<uint32_t> item_of_row(n), items;
-    std::vector<int64_t> positions(n);
+    std::vector<uint32_t>& item_of_row = lr.item_of_row;
+    std::vector<uint32_t>& items = lr.items;
+    std::vector<int64_t>& positions = lr.positions;
+    item_of_row.resize(n);
+    positions.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const Row& row = rows_[rows[i]];
       if (items.empty() || items.back() != row.item) items.push_back(row.item);
       item_of_row[i] = static_cast<uint32_t>(items.size() - 1);
       positions[i] = row.pos;
     }
+  }
 
-    // Local keys into per-item scratch rings.
+  // Local keys into per-item scratch rings.
+  void LoadLocalKeys(uint32_t l, LayerRows& lr) const {
+    const uint32_t d = c_.d_model;
+    const size_t n = lr.n;
+    const LayerWeights& w = m_.layers[l];
+    const std::vector<float>& xn = lr.xn;
+    const std::vector<uint32_t>& item_of_row = lr.item_of_row;
+    const std::vector<uint32_t>& items = lr.items;
+    const std::vector<int64_t>& positions = lr.positions;
     std::vector<float> klocal(n * kHeadDim);
     Linear(xn.data(), n, d, w.wlocal.data(), kHeadDim, klocal.data());
-    std::vector<ScratchRing> scratch(items.size());
-    std::vector<int64_t> first(items.size(), -1), end(items.size(), 0);
+    std::vector<ScratchRing>& scratch = lr.scratch;
+    std::vector<int64_t>& end = lr.end;
+    scratch.resize(items.size());
+    std::vector<int64_t> first(items.size(), -1);
+    end.assign(items.size(), 0);
     for (size_t i = 0; i < n; ++i) {
       const uint32_t k = item_of_row[i];
       if (first[k] < 0) first[k] = positions[i];
@@ -380,10 +417,29 @@ class ForwardPass {
       ScratchRing& s = scratch[item_of_row[i]];
       kernels::WriteRingPosition(s.bytes.data(), s.slots, positions[i], &klocal[i * kHeadDim]);
     }
+  }
 
-    // Indexer: visible entries of the layer's source for each row.
+  // Indexer: visible entries of the layer's source for each row (the same
+  // entries, with the scratch rings, are what attention reads), and each
+  // row's top-k of them.
+  void SelectTopk(uint32_t l, LayerRows& lr) {
+    const std::vector<uint32_t>& rows = lr.rows;
+    const uint32_t d = c_.d_model;
+    const size_t n = lr.n;
+    const LayerSpec& spec = c_.layers[l];
+    const LayerWeights& w = m_.layers[l];
+    const uint32_t src = spec.source;
+    const uint32_t stride = c_.sources[src].stride;
+    const bool decoder = c_.IsDecoder(l);
+    const std::vector<float>& xn = lr.xn;
+    const std::vector<uint32_t>& item_of_row = lr.item_of_row;
+    const std::vector<uint32_t>& items = lr.items;
+    const std::vector<int64_t>& positions = lr.positions;
+    const std::vector<ScratchRing>& scratch = lr.scratch;
+    std::vector<kernels::SequenceKv>& kv = lr.kv;
+    std::vector<int32_t>& topk = lr.topk;
     std::vector<kernels::IndexerKeys> keys(items.size());
-    std::vector<kernels::SequenceKv> kv(items.size());
+    kv.resize(items.size());
     for (size_t k = 0; k < items.size(); ++k) {
       const SequenceState& seq = *items_[items[k]].seq;
       keys[k] = {seq.index[src].data(), seq.Entries(src)};
@@ -400,7 +456,7 @@ class ForwardPass {
     const kernels::IndexerConfig icfg{c_.indexer_block, c_.candidate_blocks, k_top};
     std::vector<int32_t>& topk_all = topk_[l];
     topk_all.assign(rows_.size() * k_top, -1);
-    std::vector<int32_t> topk(n * k_top);
+    topk.resize(n * k_top);
     if (spec.kind == LayerKind::kReuse) {
       const std::vector<int32_t>& ref = topk_[spec.ref];
       for (size_t i = 0; i < n; ++i) {
@@ -439,10 +495,27 @@ class ForwardPass {
     for (size_t i = 0; i < n; ++i) {
       std::memcpy(&topk_all[size_t{rows[i]} * k_top], &topk[i * k_top], k_top * sizeof(int32_t));
     }
+  }
 
-    // Attention.
+  // Attention.
+  void Attend(uint32_t l, LayerRows& lr) {
+    const std::vector<uint32_t>& rows = lr.rows;
+    const uint32_t d = c_.d_model;
+    const size_t n = lr.n;
+    const LayerWeights& w = m_.layers[l];
+    const std::vector<float>& xn = lr.xn;
+    const std::vector<uint32_t>& item_of_row = lr.item_of_row;
+    const std::vector<uint32_t>& items = lr.items;
+    const std::vector<int64_t>& positions = lr.positions;
+    const std::vector<ScratchRing>& scratch = lr.scratch;
+    const std::vector<int64_t>& end = lr.end;
+    const std::vector<kernels::SequenceKv>& kv = lr.kv;
+    const std::vector<int32_t>& topk = lr.topk;
+    std::vector<float>& y = lr.y;
+    const uint32_t k_top = c_.attention_topk;
     const uint32_t qd = c_.heads * kHeadDim;
-    std::vector<float> q(n * qd), o(n * qd), y(n * d);
+    std::vector<float> q(n * qd), o(n * qd);
+    y.resize(n * d);
     Linear(xn.data(), n, d, w.wq.data(), qd, q.data());
     kernels::AttentionArgs aa;
     aa.tokens = static_cast<uint32_t>(n);
@@ -468,8 +541,17 @@ class ForwardPass {
     for (size_t k = 0; k < items.size(); ++k) {
       StoreScratch(scratch[k], end[k], c_.ring_slots, items_[items[k]].seq->rings[l]);
     }
+  }
 
-    // MoE FFN.
+  // MoE FFN.
+  void MoeFfn(uint32_t l, LayerRows& lr) {
+    const std::vector<uint32_t>& rows = lr.rows;
+    const uint32_t d = c_.d_model;
+    const size_t n = lr.n;
+    const LayerWeights& w = m_.layers[l];
+    std::vector<float>& x = lr.x;
+    std::vector<float>& xn = lr.xn;
+    std::vector<float>& y = lr.y;
     Gather(rows, x);
     RmsNorm(x.data(), n, d, w.ffn_norm.data(), c_.norm_eps, xn.data());
     const kernels::RouterConfig rc{c_.experts, c_.experts_per_token, kernels::RouterScore::kSoftmax,

@@ -156,7 +156,41 @@ class Engine {
 
  private:
   Engine(const ModelWeights& model, EngineOptions options);
+
+  // One step (engine_step.cc): Schedule -> ForwardBatch -> Postprocess.
+  struct Admission {
+    std::vector<bool> admitted_now;  // by position in order_
+    bool other_work = false;         // requests were running before it
+  };
+  struct Batch {  // one item per request that runs, with its request
+    std::vector<ForwardItem> items;
+    std::vector<Sequence*> owners;
+    std::vector<bool> is_replay;
+  };
+  Batch Schedule();
+  Admission AdmitQueued();
+  void BatchDecodes(Batch& batch);
+  void BatchPrefills(const Admission& admission, Batch& batch);
+  std::vector<std::vector<float>> ForwardBatch(Batch& batch);
+  std::vector<StepOutput> Postprocess(const Batch& batch,
+                                      const std::vector<std::vector<float>>& logits);
+  void RejectStaleSwa(Sequence& seq);
+  bool FetchFailed(Sequence& seq, bool replay);
+  StepOutput SampleNext(Sequence& seq, const ForwardItem& item, int64_t end,
+                        const std::vector<float>& logits);
+  void ForgetFinished();
+
+  // Admit's steps: decoder start, chain keys, match, fetch (pages, plan,
+  // transfer), replay.
   bool Admit(Sequence& seq, bool may_defer);
+  void StartPrefill(Sequence& seq);
+  void DeriveChainKeys(Sequence& seq);
+  std::optional<uint32_t> MatchPrefix(Sequence& seq);
+  uint32_t TakeFetchPages(Sequence& seq, uint32_t usable,
+                          std::vector<std::span<std::byte>>& buffers);
+  bool PlanFetch(Sequence& seq, uint32_t usable);
+  void StartFetch(Sequence& seq, uint32_t usable, std::vector<std::span<std::byte>> buffers);
+
   void PlanEncoderReplay(Sequence& seq);
   // Counts a replay over the prefix of `boundary_blocks` blocks; true when
   // it has had exact_after_replays already (the count starts over).
