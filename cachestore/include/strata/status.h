@@ -12,7 +12,7 @@
 namespace strata {
 
 // The codes a caller can act on. Keep in sync with DESIGN §3 and the wire
-// enum once the gRPC schema exists.
+// enum (proto/strata/v1/cache.proto, mapped in cachestore/src/rpc/).
 enum class StatusCode : uint8_t {
   kOk = 0,
   kNotFound,

@@ -1,6 +1,6 @@
 // Requests and results of the store contract (DESIGN §3): match, fetch,
-// commit (reserve + publish), abort. Shared by the in-process store and,
-// later, the remote client, so both look the same to a caller.
+// commit (reserve + publish), abort. Shared by every Store (in-process,
+// remote, cluster), so they all look the same to a caller.
 #pragma once
 
 #include <condition_variable>

@@ -1,4 +1,4 @@
-// strata-node: serves a CacheStore (see strata/node.h and
+// strata-node: serves a CacheStore (see node/node.h and
 // deploy/strata-node.yaml). SIGTERM or SIGINT stops it gracefully.
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
