@@ -276,7 +276,7 @@ TEST(EtcdPartitionTest, PartitionedNodeLeavesAndComesBackWhenHealed) {
   std::string why;
   auto ns = NetNs::Create(&why);
   if (ns == nullptr) GTEST_SKIP() << "network partition test skipped: " << why;
-  const std::string dir = ClusterTempDir("partition");
+  const std::string dir = TempDir("partition");
   std::string error;
   auto etcd = EtcdProcess::Start(dir + "/etcd", &error, 0, ns->host_ip());
   ASSERT_NE(etcd, nullptr) << error;

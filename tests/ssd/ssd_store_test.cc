@@ -14,12 +14,14 @@
 
 #include "ssd/ssd_index.h"
 #include "strata/cache_store.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace strata {
 namespace {
 
 using testing::kTinyBlockTokens;
+using testing::ScopedTempDir;
 using testing::ScopedTmpfs;
 using testing::TestModel;
 using testing::TinyGlobalLayout;
@@ -49,15 +51,7 @@ class WriteBackGate {
 
 class SsdStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = "/var/tmp/strata-ssd-store-XXXXXX";
-    dir_ = ::mkdtemp(tmpl.data());
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void TearDown() override { store_.reset(); }
 
   CacheStoreOptions Options() {
     CacheStoreOptions o;
@@ -175,7 +169,8 @@ class SsdStoreTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
 
-  std::string dir_;
+  ScopedTempDir tmp_{"strata-ssd-store"};
+  std::string dir_ = tmp_.path();
   ManualClock clock_;
   Principal who_{"tenant-a", Role::kAdmin};
   std::unique_ptr<CacheStore> store_;

@@ -21,30 +21,15 @@
 
 #include "ssd/uring_io.h"
 #include "strata/layout.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ScopedTempDir;
 using testing::ScopedTmpfs;
-
-// A fresh directory under /var/tmp (disk-backed, O_DIRECT), removed after.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/var/tmp/strata-ssd-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 SsdKey Key(uint64_t i, StateKind kind = StateKind::kGlobalKv) {
   SsdKey k;
@@ -116,7 +101,7 @@ std::vector<std::pair<SsdKey, SsdEntryMeta>> ListAll(const SsdTier& tier, std::s
 }
 
 TEST(SsdTierTest, RandomPayloadsRoundTripAndSurviveRestart) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path());
   o.data_files = 2;
   std::mt19937_64 rng(42);
@@ -168,7 +153,7 @@ TEST(SsdTierTest, RandomPayloadsRoundTripAndSurviveRestart) {
 }
 
 TEST(SsdTierTest, FindNamesEntriesByChainKeyWithoutTheirModelAndAfterRestart) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path());
   o.clock = &clock;
@@ -235,7 +220,7 @@ TEST(SsdTierTest, FindNamesEntriesByChainKeyWithoutTheirModelAndAfterRestart) {
 // after page from each one's last entry, `limit` at a time, the models of
 // one (chain key, kind) never split, until a page says nothing follows.
 TEST(SsdTierTest, ListPagesCoverANamespaceInOrderWithoutSplittingAKeysModels) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path());
   o.clock = &clock;
@@ -301,7 +286,7 @@ TEST(SsdTierTest, ListPagesCoverANamespaceInOrderWithoutSplittingAKeysModels) {
 }
 
 TEST(SsdTierTest, AlignedSourcesAreWrittenInPlace) {
-  TempDir dir;
+  ScopedTempDir dir;
   auto tier = SsdTier::Open(Options(dir.path())).value();
   std::vector<std::unique_ptr<AlignedBuffer>> sources;
   std::vector<SsdWrite> writes;
@@ -321,7 +306,7 @@ TEST(SsdTierTest, AlignedSourcesAreWrittenInPlace) {
 }
 
 TEST(SsdTierTest, BadOptionsAreRejected) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path());
   o.queue_depth = 0;
   EXPECT_EQ(SsdTier::Open(o).status().code(), StatusCode::kInvalidArgument);
@@ -338,7 +323,7 @@ TEST(SsdTierTest, BadOptionsAreRejected) {
 }
 
 TEST(SsdTierTest, FlippedBitIsDetectedDroppedAndCounted) {
-  TempDir dir;
+  ScopedTempDir dir;
   const std::vector<std::byte> payload = RandomBytes(10000, 1);
   uint64_t offset = 0;
   {
@@ -374,7 +359,7 @@ TEST(SsdTierTest, FlippedBitIsDetectedDroppedAndCounted) {
 // (here, before the write) fail their first read instead of becoming a copy
 // that vouches for them. A caller's own checksum is the one kept.
 TEST(SsdTierTest, BytesChangedBeforeTheirWriteFailTheirFirstRead) {
-  TempDir dir;
+  ScopedTempDir dir;
   std::vector<std::byte> payload = RandomBytes(10000, 2);
   const std::vector<std::byte> original = payload;
   SsdTierOptions o = Options(dir.path());
@@ -429,7 +414,7 @@ TEST(SsdTierCrashChild, WriteThenDie) {
 }
 
 TEST(SsdTierTest, KillBetweenDataAndIndexLeavesNothingTorn) {
-  TempDir dir;
+  ScopedTempDir dir;
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -460,7 +445,7 @@ TEST(SsdTierTest, KillBetweenDataAndIndexLeavesNothingTorn) {
 }
 
 TEST(SsdTierTest, TtlExpiresEntriesAndFreesTheirSpace) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path());
   o.clock = &clock;
@@ -493,7 +478,7 @@ TEST(SsdTierTest, TtlExpiresEntriesAndFreesTheirSpace) {
 }
 
 TEST(SsdTierTest, WatermarkEvictsLeastRecentlyUsedAndReusesSpace) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 40 * 8192);  // 40 entries of 8 KiB
   o.clock = &clock;
@@ -527,7 +512,7 @@ TEST(SsdTierTest, WatermarkEvictsLeastRecentlyUsedAndReusesSpace) {
 // A second tier on a live tier's directory is refused before it touches a
 // file: resizing them would cut off the live tier's entries.
 TEST(SsdTierTest, ADirectoryServesOneTierAtATime) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path(), 16 << 20);
   auto tier = SsdTier::Open(o).value();
   const std::vector<std::byte> p = RandomBytes(1 << 20, 9);
@@ -552,7 +537,7 @@ TEST(SsdTierTest, ADirectoryServesOneTierAtATime) {
 // An entry larger than one data file could never be placed: refused at
 // once, evicting nothing for it.
 TEST(SsdTierTest, AnEntryLargerThanADataFileIsRefusedWithoutEvicting) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 256 << 10);  // four files of 64 KiB
   o.data_files = 4;
@@ -573,7 +558,7 @@ TEST(SsdTierTest, AnEntryLargerThanADataFileIsRefusedWithoutEvicting) {
 // made by evicting in rank order (the oldest entry, beside a hole), not a
 // refusal that says everything is being read.
 TEST(SsdTierTest, FreeSpaceInHolesIsJoinedByEvictingForTheRun) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);  // one file of 16 blocks
   o.data_files = 1;
@@ -637,7 +622,7 @@ class UringRingTest : public ::testing::Test {
         [&](size_t) { ++done_; });
   }
 
-  TempDir dir_;
+  ScopedTempDir dir_{"strata-ssd-test"};
   int fd_ = -1;
   std::unique_ptr<UringRing> ring_;
   const std::vector<std::byte> block_ = RandomBytes(kSsdBlockBytes, 21);
@@ -746,7 +731,7 @@ TEST_F(UringRingTest, AFailedWaitStillWaitsForTheKernelsIo) {
 // A ring that fails at the io_uring level fails its batch cleanly (nothing
 // indexed) and is replaced, so the tier goes on writing and reading.
 TEST(SsdTierTest, ABrokenRingIsReplacedAndTheTierGoesOn) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path());
   o.rings = 1;                                  // the next batch takes the replacement
   o.write_retry_interval = 5 * kNanosPerMilli;  // an I/O error pauses writes this long
@@ -770,7 +755,7 @@ TEST(SsdTierTest, ABrokenRingIsReplacedAndTheTierGoesOn) {
 // new entry's index record must survive the old one's delete (it is what a
 // restart rebuilds from).
 TEST(SsdTierTest, AKeyWrittenAgainDuringItsEraseSurvivesARestart) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path());
   SsdTier* tier_ptr = nullptr;
   const std::vector<std::byte> v1 = RandomBytes(8000, 31), v2 = RandomBytes(8000, 32);
@@ -801,7 +786,7 @@ TEST(SsdTierTest, AKeyWrittenAgainDuringItsEraseSurvivesARestart) {
 // ancestor evicted before its descendants would leave them unreachable.
 TEST(SsdTierTest, EqualTimesEvictAChainsTailBeforeItsAncestors) {
   for (const char* policy : {"lru", "deadline"}) {
-    TempDir dir;
+    ScopedTempDir dir;
     ManualClock clock;
     auto tier = SsdTier::Open(EightOnDemand(dir.path(), clock, policy)).value();
     const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 13);
@@ -820,7 +805,7 @@ TEST(SsdTierTest, EqualTimesEvictAChainsTailBeforeItsAncestors) {
 
 // A read is a use: the entry read goes to the back of the LRU order.
 TEST(SsdTierTest, AReadKeepsTheEntryItRead) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   auto tier = SsdTier::Open(EightOnDemand(dir.path(), clock, "lru")).value();
   const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 14);
@@ -840,7 +825,7 @@ TEST(SsdTierTest, AReadKeepsTheEntryItRead) {
 // expired, evicted and restored: random operations, checked after each.
 TEST(SsdTierTest, TheEvictionOrderFollowsEveryChange) {
   for (const char* policy : {"lru", "deadline"}) {
-    TempDir dir;
+    ScopedTempDir dir;
     ManualClock clock;
     SsdTierOptions o = Options(dir.path(), 48 * kSsdBlockBytes);
     o.clock = &clock;
@@ -938,7 +923,7 @@ double ReturningBlocksHeld(const std::string& dir, const std::string& policy) {
 }
 
 TEST(SsdTierTest, DeadlinePolicyHoldsReturningBlocksPastLruReach) {
-  TempDir dir;
+  ScopedTempDir dir;
   // Each block returns after 71 other entries were written or used: LRU,
   // holding 64, never keeps it. The deadline policy learns that blocks with earlier uses
   // come back and one-offs do not, and spends the room on the former.
@@ -947,7 +932,7 @@ TEST(SsdTierTest, DeadlinePolicyHoldsReturningBlocksPastLruReach) {
 }
 
 TEST(SsdTierTest, DeadlinePolicyEvictsRestoredEntriesOldestFirst) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   const SsdTierOptions o = EightOnDemand(dir.path(), clock, "deadline");
   const std::vector<std::byte> p = RandomBytes(kSsdBlockBytes, 12);
@@ -968,7 +953,7 @@ TEST(SsdTierTest, DeadlinePolicyEvictsRestoredEntriesOldestFirst) {
 }
 
 TEST(SsdTierTest, ConcurrentReadersOfOneEntry) {
-  TempDir dir;
+  ScopedTempDir dir;
   auto tier = SsdTier::Open(Options(dir.path())).value();
   const std::vector<std::byte> p = RandomBytes(227840, 5);
   ASSERT_TRUE(tier->Write({Key(1), p, 1, 1}).ok());
@@ -992,7 +977,7 @@ TEST(SsdTierTest, ConcurrentReadersOfOneEntry) {
 // instead of leaking their space, and nothing more is evicted or written.
 // An entry deleted on purpose stays deleted: never served again.
 TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsVictimsAndItsDeletions) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path(), 4 * kSsdBlockBytes * 2);  // four 8 KiB entries
   o.high_watermark = o.low_watermark = 1.0;
   o.before_index_delete_hook = [] { return Unavailable("injected: index write failed"); };
@@ -1021,7 +1006,7 @@ TEST(SsdTierTest, AnIndexThatCannotDeleteKeepsItsVictimsAndItsDeletions) {
 // failure path puts victims back), and its delete is retried, so a restart
 // does not bring it back either.
 TEST(SsdTierTest, AnEntryErasedDuringItsFailedEvictionStaysErased) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 4 * kSsdBlockBytes * 2);  // four 8 KiB entries
   o.clock = &clock;
@@ -1061,7 +1046,7 @@ TEST(SsdTierTest, AnEntryErasedDuringItsFailedEvictionStaysErased) {
 // again is not "not found" until the index has it, and it is retried when
 // the index recovers, or at close, so a restart does not bring it back.
 TEST(SsdTierTest, AnEraseTheIndexMissedIsRetriedNotResurrected) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path());
   o.clock = &clock;
@@ -1098,7 +1083,7 @@ TEST(SsdTierTest, AnEraseTheIndexMissedIsRetriedNotResurrected) {
 // eviction and TTL expiry go on. The failed entries' extents are reused
 // once the index durably lacks them.
 TEST(SsdTierTest, AFailedIndexWriteRecoversAfterTheRetryInterval) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path());
   o.clock = &clock;
@@ -1170,7 +1155,7 @@ void CheckAFailedRewriteStaysDeleted(
 // a restart, since both extents are free again (here the new one is reused
 // at once by another key).
 TEST(SsdTierTest, AFailedPutOverAnExpiredEntryIsDeletedNotResurrected) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);
   o.clock = &clock;
@@ -1188,7 +1173,7 @@ TEST(SsdTierTest, AFailedPutOverAnExpiredEntryIsDeletedNotResurrected) {
 // after it: it must not put the old record back in memory, where it would
 // pass for a rewrite and spare the key the delete the failed put waits for.
 TEST(SsdTierTest, AFailedEvictionDoesNotShieldAFailedPutFromItsDelete) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path(), 16 * kSsdBlockBytes);
   o.clock = &clock;
@@ -1217,7 +1202,7 @@ TEST(SsdTierTest, AFailedEvictionDoesNotShieldAFailedPutFromItsDelete) {
 // An access-time hint that fails to persist is only a lost hint: the index
 // goes on taking deletes and writes.
 TEST(SsdTierTest, AFailedAccessTimeHintLeavesTheIndexWorking) {
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = Options(dir.path());
   o.clock = &clock;
@@ -1243,7 +1228,7 @@ TEST(SsdTierTest, AFailedAccessTimeHintLeavesTheIndexWorking) {
 // drops the entry, as a checksum mismatch does: it reads as a miss, is no
 // longer found, and stays gone after a restart.
 TEST(SsdTierTest, AShortReadDropsTheEntry) {
-  TempDir dir;
+  ScopedTempDir dir;
   SsdTierOptions o = Options(dir.path());
   const std::vector<std::byte> a = RandomBytes(5000, 54), b = RandomBytes(10000, 55);
   {
@@ -1273,7 +1258,7 @@ TEST(SsdTierTest, AShortReadDropsTheEntry) {
 
 // A 16 MiB tier whose data files sit on `tmpfs` and whose index sits in
 // `dir`, off the file system the test fills.
-SsdTierOptions OnTmpfs(const ScopedTmpfs& tmpfs, const TempDir& dir, ManualClock* clock) {
+SsdTierOptions OnTmpfs(const ScopedTmpfs& tmpfs, const ScopedTempDir& dir, ManualClock* clock) {
   SsdTierOptions o = Options(tmpfs.path(), 16 << 20);
   o.index_dir = dir.path() + "/index";
   o.clock = clock;
@@ -1287,7 +1272,7 @@ SsdTierOptions OnTmpfs(const ScopedTmpfs& tmpfs, const TempDir& dir, ManualClock
 TEST(SsdTierTest, MinFreeBytesCountsWhatABatchNewlyWrites) {
   ScopedTmpfs tmpfs(1 << 20);
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
-  TempDir dir;
+  ScopedTempDir dir;
   auto free_bytes = [&] { return FreeBytes(tmpfs.path()); };
   ManualClock clock;
   SsdTierOptions o = OnTmpfs(tmpfs, dir, &clock);
@@ -1325,7 +1310,7 @@ TEST(SsdTierTest, MinFreeBytesCountsWhatABatchNewlyWrites) {
 TEST(SsdTierTest, ConcurrentBatchesCannotBothTakeTheSameFreeSpace) {
   ScopedTmpfs tmpfs(1 << 20);
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = OnTmpfs(tmpfs, dir, &clock);
   o.min_free_bytes = 256 << 10;
@@ -1372,7 +1357,7 @@ TEST(SsdTierTest, ConcurrentBatchesCannotBothTakeTheSameFreeSpace) {
 TEST(SsdTierTest, DiskFullStopsWritesAndKeepsServingReads) {
   ScopedTmpfs tmpfs(1 << 20);
   if (!tmpfs.mounted()) GTEST_SKIP() << tmpfs.error();
-  TempDir dir;
+  ScopedTempDir dir;
   ManualClock clock;
   SsdTierOptions o = OnTmpfs(tmpfs, dir, &clock);
   o.min_free_bytes = 0;  // run into ENOSPC itself, not the free-space check

@@ -14,17 +14,9 @@
 #include <thread>
 
 #include "etcd_process.h"
+#include "temp_dir.h"
 
 namespace strata::testing {
-
-inline std::string ClusterTempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir =
-      std::string(base ? base : "/tmp") + "/strata-" + name + "-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Polls `done` every 20 ms until it holds or `limit` passes; true if it held.
 inline bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
@@ -42,7 +34,7 @@ class EtcdTest : public ::testing::Test {
   void SetUp() override {
     if (!EtcdProcess::Available()) GTEST_SKIP() << EtcdProcess::kMissing;
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = ClusterTempDir(std::string(info->test_suite_name()) + "-" + info->name());
+    dir_ = TempDir(std::string(info->test_suite_name()) + "-" + info->name());
     std::string error;
     etcd_ = EtcdProcess::Start(dir_ + "/etcd", &error);
     ASSERT_NE(etcd_, nullptr) << error;

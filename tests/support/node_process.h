@@ -20,6 +20,7 @@
 
 #include "child_process.h"
 #include "node/token_auth.h"
+#include "temp_dir.h"
 
 namespace strata::testing {
 
@@ -35,15 +36,6 @@ inline constexpr TestToken kTokenReadA{"token-read-a", "tenant-a", "read"};
 inline constexpr TestToken kTokenAdminA{"token-admin-a", "tenant-a", "admin"};
 inline constexpr TestToken kTokenAdminB{"token-admin-b", "tenant-b", "admin"};
 inline constexpr TestToken kTokenOperator{"token-operator", "*", "admin"};
-
-inline std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir =
-      std::string(base ? base : "/tmp") + "/strata-" + name + "-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 class NodeProcess {
  public:
