@@ -51,10 +51,10 @@ SsdTier::~SsdTier() {
   }
 }
 
-// The tier is nobody else's until Open returns it: no locks, and no
-// thread-safety analysis.
-Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+namespace {
+
+// Refuses options out of range; otherwise the bytes each data file gets.
+Result<uint64_t> CheckOptions(const SsdTierOptions& options) {
   if (options.dir.empty()) return InvalidArgument("the SSD tier needs a directory");
   if (options.data_files == 0 || options.data_files > 64) {
     return InvalidArgument("data_files must be in 1..64");
@@ -80,16 +80,42 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options)
     return InvalidArgument("unknown SSD eviction policy '" + options.eviction_policy +
                            "' (lru or deadline)");
   }
+  return per_file;
+}
+
+}  // namespace
+
+// The tier is nobody else's until Open returns it: no locks, and no
+// thread-safety analysis (nor in the steps below, which only Open calls).
+Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const Result<uint64_t> per_file = CheckOptions(options);
+  if (!per_file.ok()) return per_file.status();
 
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->clock = options.clock != nullptr ? options.clock : &kWallClock;
-  MetricsRegistry* reg = options.metrics;
+  impl->RegisterMetrics();
+  STRATA_RETURN_IF_ERROR(impl->LockDirectory());
+  STRATA_RETURN_IF_ERROR(impl->OpenDataFiles(*per_file));
+  impl->index_path = options.index_dir.empty() ? options.dir + "/index" : options.index_dir;
+  auto index = SsdIndex::Open(impl->index_path);
+  if (!index.ok()) return index.status();
+  impl->index = std::move(index).value();
+  STRATA_RETURN_IF_ERROR(impl->RebuildFromIndex());
+  if (options.eviction_policy == "deadline") impl->StartDeadlineModel();
+  for (auto& [k, r] : impl->records) impl->IndexRecord(k, *r);
+  impl->m.capacity_bytes->Set(static_cast<int64_t>(impl->Capacity()));
+  impl->PublishGauges();
+  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+}
+
+void SsdTier::Impl::RegisterMetrics() {
+  MetricsRegistry* reg = opts.metrics;
   if (reg == nullptr) {
-    impl->owned_metrics = std::make_unique<MetricsRegistry>();
-    reg = impl->owned_metrics.get();
+    owned_metrics = std::make_unique<MetricsRegistry>();
+    reg = owned_metrics.get();
   }
-  Impl::Metrics& m = impl->m;
   const MetricLabels ssd{{"tier", "ssd"}};
   auto evict = [&](const char* reason) {
     return reg->GetCounter("strata_evictions_total", "Entries removed, by reason.",
@@ -113,58 +139,63 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options)
   m.entries = reg->GetGauge("strata_ssd_entries", "Entries indexed on the SSD tier.");
   m.writes_enabled = reg->GetGauge("strata_ssd_writes_enabled", "1 unless SSD writes are stopped.");
   m.writes_enabled->Set(1);
+}
 
+// Before anything is opened or resized: a second tier on this directory
+// (a restart racing the old process, another node) would shrink or
+// overwrite the live one's files, whatever its index directory.
+Status SsdTier::Impl::LockDirectory() {
   std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) return Unavailable("cannot create " + options.dir + ": " + ec.message());
-  // Before anything is opened or resized: a second tier on this directory
-  // (a restart racing the old process, another node) would shrink or
-  // overwrite the live one's files, whatever its index directory.
-  const std::string lock_path = options.dir + "/LOCK";
-  impl->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (impl->lock_fd < 0) return Unavailable("open " + lock_path + ": " + Errno(errno));
-  if (::flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    return Unavailable("SSD directory " + options.dir + " is in use by another SSD tier (" +
+  std::filesystem::create_directories(opts.dir, ec);
+  if (ec) return Unavailable("cannot create " + opts.dir + ": " + ec.message());
+  const std::string lock_path = opts.dir + "/LOCK";
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Unavailable("open " + lock_path + ": " + Errno(errno));
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Unavailable("SSD directory " + opts.dir + " is in use by another SSD tier (" +
                        lock_path + " is locked: " + Errno(errno) + ")");
   }
-  for (uint32_t f = 0; f < options.data_files; ++f) {
-    const std::string path = options.dir + "/data-" + std::to_string(f) + ".bin";
+  return Status::Ok();
+}
+
+Status SsdTier::Impl::OpenDataFiles(uint64_t per_file) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (uint32_t f = 0; f < opts.data_files; ++f) {
+    const std::string path = opts.dir + "/data-" + std::to_string(f) + ".bin";
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
     if (fd < 0) return Unavailable("open " + path + " with O_DIRECT: " + Errno(errno));
-    impl->fds.push_back(fd);
-    impl->paths.push_back(path);
+    fds.push_back(fd);
+    paths.push_back(path);
     // Sparse: space is used as extents are written, so a small file system
     // shows up as ENOSPC on write, not as a failed open.
     if (::ftruncate(fd, static_cast<off_t>(per_file)) != 0) {
       return Unavailable("ftruncate " + path + ": " + Errno(errno));
     }
-    impl->space.emplace_back(per_file);
+    space.emplace_back(per_file);
   }
-  for (uint32_t i = 0; i < options.rings; ++i) {
-    auto ring = UringRing::Create(impl->fds, options.queue_depth, options.io_buffer_bytes);
+  for (uint32_t i = 0; i < opts.rings; ++i) {
+    auto ring = UringRing::Create(fds, opts.queue_depth, opts.io_buffer_bytes);
     if (!ring.ok()) return ring.status();
-    impl->idle_rings.push_back(ring->get());
-    impl->rings.push_back(std::move(ring).value());
+    idle_rings.push_back(ring->get());
+    rings.push_back(std::move(ring).value());
   }
-  impl->index_path = options.index_dir.empty() ? options.dir + "/index" : options.index_dir;
-  auto index = SsdIndex::Open(impl->index_path);
-  if (!index.ok()) return index.status();
-  impl->index = std::move(index).value();
+  return Status::Ok();
+}
 
-  // Rebuild the in-memory index and the occupancy from RocksDB; drop what is
-  // undecodable, expired, out of range or overlapping.
-  const Nanos now = impl->clock->Now();
+// Rebuilds the in-memory index and the occupancy from RocksDB; drops what
+// is undecodable, expired, out of range or overlapping.
+Status SsdTier::Impl::RebuildFromIndex() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const Nanos now = clock->Now();
   std::vector<std::string> bad;
-  Status scan = impl->index->ForEach(
-      [&](std::string_view k, std::string_view v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Status scan =
+      index->ForEach([&](std::string_view k, std::string_view v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         std::optional<SsdKey> key = DecodeSsdKey(k);
         std::optional<SsdEntryMeta> meta = DecodeSsdMeta(v);
-        const bool ok = key.has_value() && meta.has_value() && meta->file < options.data_files &&
+        const bool ok = key.has_value() && meta.has_value() && meta->file < opts.data_files &&
                         meta->offset % kSsdBlockBytes == 0 &&
                         meta->extent_bytes == SsdIoBytes(meta->payload_bytes) &&
                         meta->payload_bytes > 0 && meta->payload_bytes <= kMaxSsdPayloadBytes &&
                         meta->expiry > now &&
-                        impl->space[meta->file].Claim(meta->offset, meta->extent_bytes);
+                        space[meta->file].Claim(meta->offset, meta->extent_bytes);
         if (!ok) {
           bad.emplace_back(k);
           return;
@@ -172,29 +203,27 @@ Result<std::unique_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options)
         auto rec = std::make_shared<Record>();
         rec->meta = *meta;
         rec->persisted_access = meta->last_access;
-        impl->models[key->ns].insert(key->model_id);
-        impl->records.emplace(std::string(k), std::move(rec));
+        models[key->ns].insert(key->model_id);
+        records.emplace(std::string(k), std::move(rec));
       });
   STRATA_RETURN_IF_ERROR(scan);
   if (!bad.empty()) {
     spdlog::warn("ssd: dropped {} index entries on open (expired or invalid)", bad.size());
-    STRATA_RETURN_IF_ERROR(impl->index->Apply({}, bad, /*sync=*/true));
+    STRATA_RETURN_IF_ERROR(index->Apply({}, bad, /*sync=*/true));
   }
-  if (options.eviction_policy == "deadline") {
-    impl->model.emplace(impl->ModelCapacity(0));
-    // Restored entries keep their last-access order and come before
-    // anything written from now on.
-    std::vector<std::pair<Nanos, Record*>> restored;
-    for (const auto& [k, r] : impl->records) restored.emplace_back(r->meta.last_access, r.get());
-    std::sort(restored.begin(), restored.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t i = 0; i < restored.size(); ++i) restored[i].second->tick = i;
-    impl->model->StartAt(restored.size());
-  }
-  for (auto& [k, r] : impl->records) impl->IndexRecord(k, *r);
-  m.capacity_bytes->Set(static_cast<int64_t>(impl->Capacity()));
-  impl->PublishGauges();
-  return std::unique_ptr<SsdTier>(new SsdTier(std::move(impl)));
+  return Status::Ok();
+}
+
+// Restored entries keep their last-access order and come before anything
+// written from now on.
+void SsdTier::Impl::StartDeadlineModel() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  model.emplace(ModelCapacity(0));
+  std::vector<std::pair<Nanos, Record*>> restored;
+  for (const auto& [k, r] : records) restored.emplace_back(r->meta.last_access, r.get());
+  std::sort(restored.begin(), restored.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < restored.size(); ++i) restored[i].second->tick = i;
+  model->StartAt(restored.size());
 }
 
 }  // namespace strata

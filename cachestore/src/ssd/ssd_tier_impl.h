@@ -382,6 +382,92 @@ struct SsdTier::Impl {
   Status ReserveFreeSpace(uint64_t consumes, Reservation* r, bool* full);
 
   Status SyncFiles(const std::vector<bool>& touched) const;
+
+  // ---- opening (recovery.cc): SsdTier::Open's steps, before the tier is
+  // shared (no locks) ----------------------------------------------------------
+
+  void RegisterMetrics();
+  Status LockDirectory();
+  // The data files, sized `per_file` bytes each, and the rings over them.
+  Status OpenDataFiles(uint64_t per_file) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  Status RebuildFromIndex() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void StartDeadlineModel() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+
+  // ---- the write path (write_path.cc): SsdTier::WriteBatch's steps ----------
+
+  // One write batch between its steps.
+  struct WriteRun {
+    explicit WriteRun(std::span<const SsdWrite> w)
+        : writes(w), out(w.size(), Status::Ok()), keys(w.size()), todo(w.size(), false) {}
+    std::span<const SsdWrite> writes;
+    Nanos now = 0;
+    std::vector<Status> out;
+    std::vector<std::string> keys;  // encoded, of the writes that were checked
+    std::vector<bool> todo;         // to be written and indexed
+    std::vector<SsdEntryMeta> metas;
+    std::vector<bool> placed;  // an extent is allocated for it
+    std::vector<IoOp> ops;
+    std::vector<std::pair<size_t, uint64_t>> owner;  // op -> (write, offset in payload)
+    std::vector<bool> touched;                       // data files written
+  };
+
+  // Checks each write and marks the new ones pending (todo); the I/O bytes
+  // they need.
+  uint64_t AdmitWrites(WriteRun& w, bool index_ok);
+  void PlaceWrites(WriteRun& w);
+  // Allocates a run for write `i`; without one, it goes to `no_run` for a
+  // second try or, on the `last_try`, fails.
+  void PlaceWrite(WriteRun& w, size_t i, bool last_try, std::vector<size_t>& no_run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // False when the file system lacks the room: the batch failed.
+  bool ReserveWriteRoom(WriteRun& w, Reservation& reservation);
+  static void ChecksumWrites(WriteRun& w);
+  // Writes the data of every write to do in one pass over a ring.
+  void WriteData(WriteRun& w);
+  // Fails the writes whose I/O failed; the first I/O error, if any.
+  std::string FailUnwritten(WriteRun& w) const;
+  // Puts the index entries of the written ones (`durable`: their data is);
+  // a failure fails them all and becomes `io_error` unless one is set.
+  // Which writes' index entries may have landed though their put failed.
+  std::vector<bool> IndexWrites(WriteRun& w, Status durable, std::string& io_error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu);
+  // The written ones join the in-memory index; the rest give back their
+  // extents (`undeleted_puts`: once their index entries are deleted).
+  void RecordWrites(const WriteRun& w, const std::vector<bool>& undeleted_puts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(index_mu, mu);
+
+  // ---- the read path (read_path.cc): SsdTier::ReadBatch's steps -------------
+
+  // One read batch between its steps.
+  struct ReadRun {
+    explicit ReadRun(std::span<const SsdRead> r)
+        : reads(r), out(r.size(), Status::Ok()), keys(r.size()), recs(r.size()) {}
+    std::span<const SsdRead> reads;
+    Nanos now = 0;
+    std::vector<Status> out;
+    std::vector<std::string> keys;  // encoded
+    std::vector<RecordPtr> recs;    // pinned (readers), when found
+    std::vector<IoOp> ops;
+    std::vector<std::pair<size_t, uint64_t>> owner;  // op -> (read, offset in payload)
+    std::vector<bool> sum_ok;                        // read whole, and the checksum matched
+    std::vector<bool> bad_io;                        // the device lost its bytes
+  };
+
+  // Finds and pins the record of each read.
+  void PinReads(ReadRun& r);
+  // Reads the pinned records in one pass over a ring, each checksummed as
+  // its last op lands.
+  void ReadData(ReadRun& r);
+  // Fails the reads whose I/O failed.
+  void FailBadReads(ReadRun& r) const;
+  // Fails (and counts) the reads whose checksum did not match.
+  void FailMismatches(ReadRun& r);
+  // Lets go of the pins; what was served is touched (its access time to
+  // persist when due), what is gone is to drop.
+  void UnpinReads(const ReadRun& r, std::vector<std::pair<std::string, RecordPtr>>& access_puts,
+                  std::vector<std::tuple<std::string, RecordPtr, Counter*>>& to_drop);
+  // Writes access times to the index, unless another batch is writing it.
+  void PersistAccessTimes(const std::vector<std::pair<std::string, RecordPtr>>& access_puts);
 };
 
 }  // namespace strata

@@ -376,6 +376,22 @@ Result<EntryPage> CacheStore::ListEntries(const Principal& caller, const EntryFi
   return page;
 }
 
+namespace {
+// Adds the SSD-only entries an eviction covers to its report, and erases
+// them unless it is a dry run (no descendants: the SSD tier keeps no tree;
+// unreachable ones age out).
+Result<EvictReport> FinishSsdOnly(SsdTier* ssd, const EvictRequest& req,
+                                  const std::vector<EntryInfo>& ssd_only, EvictReport& report) {
+  for (const EntryInfo& c : ssd_only) {
+    ++report.evicted;
+    report.bytes += c.payload_bytes;
+    if (report.entries.size() < req.max_listed) report.entries.push_back(c);
+  }
+  if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(ssd, ssd_only));
+  return report;
+}
+}  // namespace
+
 Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictRequest& req) {
   STRATA_RETURN_IF_ERROR(CheckCaller(caller, Role::kAdmin));
   Impl& s = *impl_;
@@ -387,17 +403,8 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   }
   const Nanos now = s.clock->Now();
   // SSD-only entries the request covers: listed and erased like DRAM ones
-  // (no descendants: the SSD tier keeps no tree; unreachable ones age out).
+  // (FinishSsdOnly).
   std::vector<EntryInfo> ssd_only;
-  auto finish_ssd = [&]() -> Result<EvictReport> {
-    for (const EntryInfo& c : ssd_only) {
-      ++report.evicted;
-      report.bytes += c.payload_bytes;
-      if (report.entries.size() < req.max_listed) report.entries.push_back(c);
-    }
-    if (!req.dry_run) STRATA_RETURN_IF_ERROR(EraseSsdCopies(s.ssd.get(), ssd_only));
-    return report;
-  };
   MutexLock lock(s.structure_mu, std::defer_lock);
   if (req.root.has_value()) {
     lock.Lock();
@@ -415,46 +422,74 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
   std::vector<Entry*> roots;
   if (req.root.has_value()) {
     const EntryKey k{*ns, req.root->kind, req.root->key};
-    Impl::Shard& shard = s.ShardFor(k);
-    ReaderLock slock(shard.mu);
-    Entry* e = s.FindVisible(shard, k, now);
-    if (e == nullptr) {
-      slock.Unlock();
+    if (!s.FindEvictRoot(k, now, roots)) {
       lock.Unlock();
       ssd_only = SsdCopies(s.ssd.get(), *s.clock, caller.ns, *req.root);
       if (ssd_only.empty()) {
         return NotFound("no " + std::string(StateKindName(k.kind)) + " entry " + k.chain.ToHex());
       }
-      return finish_ssd();
+      return FinishSsdOnly(s.ssd.get(), req, ssd_only, report);
     }
-    roots.push_back(e);
   } else {
-    // A pinned entry keeps its ancestors too: without them it could never
-    // be matched again.
-    std::unordered_set<const Entry*> keep;
-    for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-      ReaderLock slock(s.shards[i].mu);
-      for (const auto& [k, e] : s.shards[i].map) {
-        if (k.ns != *ns || e->pinned_until.load() <= now) continue;
-        for (const Entry* a = e; a != nullptr && keep.insert(a).second;) a = a->parent;
-      }
-    }
-    for (uint32_t i = 0; i <= s.shard_mask; ++i) {
-      ReaderLock slock(s.shards[i].mu);
-      for (const auto& [k, e] : s.shards[i].map) {
-        if (k.ns != *ns || e->state.load() != EntryState::kCommitted) continue;
-        if (!Matches(req.filter, *e, now)) continue;
-        if (keep.contains(e)) {
-          ++report.skipped_pinned;
-          continue;
-        }
-        roots.push_back(e);
-      }
-    }
+    roots = s.EvictRootsByFilter(*ns, req.filter, now, report);
   }
-
   // 2. Close over descendants (they could never be matched again), each
   // entry once, in an order where a root precedes its subtree.
+  const std::vector<Entry*> affected = s.CloseOverDescendants(roots);
+  const std::vector<EntryInfo> ssd_copies = s.ReportEvicted(affected, caller.ns, req, report);
+  if (req.dry_run) {
+    lock.Unlock();
+    return FinishSsdOnly(s.ssd.get(), req, ssd_only, report);
+  }
+  // 3. Delete. A root already taken by an earlier root's subtree is skipped:
+  // its slot went back to the pool (state no longer committed).
+  s.DeleteRoots(roots);
+  lock.Unlock();
+  // The SSD copies too, or the next match would find them there.
+  if (s.ssd == nullptr) return FinishSsdOnly(s.ssd.get(), req, ssd_only, report);
+  (void)EraseSsdCopies(s.ssd.get(), ssd_copies);
+  s.DeleteRepublished(*ns, ssd_copies, now);
+  return FinishSsdOnly(s.ssd.get(), req, ssd_only, report);
+}
+
+bool CacheStore::Impl::FindEvictRoot(const EntryKey& k, Nanos now, std::vector<Entry*>& roots) {
+  Shard& shard = ShardFor(k);
+  ReaderLock slock(shard.mu);
+  Entry* e = FindVisible(shard, k, now);
+  if (e == nullptr) return false;
+  roots.push_back(e);
+  return true;
+}
+
+std::vector<Entry*> CacheStore::Impl::EvictRootsByFilter(uint32_t ns, const EntryFilter& filter,
+                                                         Nanos now, EvictReport& report) {
+  std::vector<Entry*> roots;
+  // A pinned entry keeps its ancestors too: without them it could never
+  // be matched again.
+  std::unordered_set<const Entry*> keep;
+  for (uint32_t i = 0; i <= shard_mask; ++i) {
+    ReaderLock slock(shards[i].mu);
+    for (const auto& [k, e] : shards[i].map) {
+      if (k.ns != ns || e->pinned_until.load() <= now) continue;
+      for (const Entry* a = e; a != nullptr && keep.insert(a).second;) a = a->parent;
+    }
+  }
+  for (uint32_t i = 0; i <= shard_mask; ++i) {
+    ReaderLock slock(shards[i].mu);
+    for (const auto& [k, e] : shards[i].map) {
+      if (k.ns != ns || e->state.load() != EntryState::kCommitted) continue;
+      if (!Matches(filter, *e, now)) continue;
+      if (keep.contains(e)) {
+        ++report.skipped_pinned;
+        continue;
+      }
+      roots.push_back(e);
+    }
+  }
+  return roots;
+}
+
+std::vector<Entry*> CacheStore::Impl::CloseOverDescendants(const std::vector<Entry*>& roots) const {
   std::vector<Entry*> affected;
   std::unordered_set<const Entry*> seen;
   for (Entry* root : roots) {
@@ -468,53 +503,54 @@ Result<EvictReport> CacheStore::Evict(const Principal& caller, const EvictReques
       for (Entry* c = e->first_child; c != nullptr; c = c->next_sibling) stack.push_back(c);
     }
   }
+  return affected;
+}
+
+std::vector<EntryInfo> CacheStore::Impl::ReportEvicted(const std::vector<Entry*>& affected,
+                                                       const std::string& ns,
+                                                       const EvictRequest& req,
+                                                       EvictReport& report) const {
   std::vector<EntryInfo> ssd_copies;  // of the DRAM entries that go
   for (const Entry* e : affected) {
     const bool held = e->leases.load() != 0 || e->readers.load() != 0;
     ++(held ? report.deferred : report.evicted);
     report.bytes += e->payload_bytes;
     if (report.entries.size() < req.max_listed) {
-      report.entries.push_back(DescribeLocked(*e, caller.ns));
+      report.entries.push_back(DescribeLocked(*e, ns));
     }
-    if (s.ssd != nullptr) ssd_copies.push_back(DescribeLocked(*e, caller.ns));
+    if (ssd != nullptr) ssd_copies.push_back(DescribeLocked(*e, ns));
   }
-  if (req.dry_run) {
-    lock.Unlock();
-    return finish_ssd();
-  }
+  return ssd_copies;
+}
 
-  // 3. Delete. A root already taken by an earlier root's subtree is skipped:
-  // its slot went back to the pool (state no longer committed).
+void CacheStore::Impl::DeleteRoots(const std::vector<Entry*>& roots) {
   std::vector<EntryRef> refs;
   refs.reserve(roots.size());
   for (Entry* e : roots) refs.push_back({e, e->generation});
   for (const EntryRef& ref : refs) {
     if (ref.entry->generation == ref.generation &&
         ref.entry->state.load() == EntryState::kCommitted) {
-      s.DeleteSubtree(ref.entry, EvictReason::kExplicit);
+      DeleteSubtree(ref.entry, EvictReason::kExplicit);
     }
   }
-  lock.Unlock();
-  // The SSD copies too, or the next match would find them there.
-  if (s.ssd == nullptr) return finish_ssd();
-  (void)EraseSsdCopies(s.ssd.get(), ssd_copies);
-  // A promotion that published from an SSD copy between the DRAM delete and
-  // the erase put the entry back: delete those again (later ones find the
-  // copy gone and give up, Impl::Publish).
-  {
-    MutexLock again(s.structure_mu);
-    for (const EntryInfo& c : ssd_copies) {
-      const EntryKey k{*ns, c.kind, c.key};
-      Impl::Shard& shard = s.ShardFor(k);
-      Entry* e = nullptr;
-      {
-        ReaderLock slock(shard.mu);
-        e = s.FindVisible(shard, k, now);
-      }
-      if (e != nullptr) s.DeleteSubtree(e, EvictReason::kExplicit);
+}
+
+// A promotion that published from an SSD copy between the DRAM delete and
+// the erase put the entry back: delete those again (later ones find the
+// copy gone and give up, Impl::Publish).
+void CacheStore::Impl::DeleteRepublished(uint32_t ns, const std::vector<EntryInfo>& ssd_copies,
+                                         Nanos now) {
+  MutexLock again(structure_mu);
+  for (const EntryInfo& c : ssd_copies) {
+    const EntryKey k{ns, c.kind, c.key};
+    Shard& shard = ShardFor(k);
+    Entry* e = nullptr;
+    {
+      ReaderLock slock(shard.mu);
+      e = FindVisible(shard, k, now);
     }
+    if (e != nullptr) DeleteSubtree(e, EvictReason::kExplicit);
   }
-  return finish_ssd();
 }
 
 }  // namespace strata

@@ -28,7 +28,9 @@ std::string_view EvictReasonName(EvictReason reason) {
 CacheStore::CacheStore(std::unique_ptr<Impl> impl)
     : impl_(std::move(impl)), clock_(impl_->clock), metrics_(impl_->registry) {}
 
-Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) {
+namespace {
+
+Status CheckOptions(const CacheStoreOptions& options) {
   if (!(options.low_watermark > 0 && options.low_watermark <= options.high_watermark &&
         options.high_watermark <= 1.0)) {
     return InvalidArgument("watermarks need 0 < low <= high <= 1");
@@ -55,6 +57,13 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
     return InvalidArgument(
         "max_lease_life must be at least the longest lease TTL (10m), at most 10 years");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) {
+  STRATA_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Impl>();
   impl->opts = options;
   impl->clock = options.clock ? options.clock : SteadyClock::Default();
@@ -71,19 +80,35 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
   auto policy = MakeEvictionPolicy(options.eviction_policy, impl->arena->capacity_bytes());
   if (!policy.ok()) return policy.status();
   MutexLock lock(impl->structure_mu);  // nobody else sees the store yet; for the analysis
-  impl->policy = std::move(policy).value();
-  if (options.committed_share_per_namespace < 1) {
-    auto shares = std::make_unique<TenantSharePolicy>(
-        std::move(impl->policy), static_cast<uint64_t>(options.committed_share_per_namespace *
-                                                       impl->arena->capacity_bytes()));
-    impl->shares = shares.get();
-    impl->policy = std::move(shares);
-  }
+  impl->InstallPolicy(std::move(policy).value());
   impl->shards = std::make_unique<Impl::Shard[]>(options.index_shards);
   impl->shard_mask = options.index_shards - 1;
+  impl->RegisterMetrics();
 
-  MetricsRegistry& r = *impl->registry;
-  Impl::Metrics& m = impl->m;
+  std::vector<Layout> layouts = {MakeGlobalKvLayout(kV41GlobalKvLayoutId),
+                                 MakeSwaLayout(kV41SwaLayoutId)};
+  layouts.insert(layouts.end(), options.extra_layouts.begin(), options.extra_layouts.end());
+  if (options.ssd.has_value()) STRATA_RETURN_IF_ERROR(impl->OpenSsdTier());
+  std::unique_ptr<CacheStore> store(new CacheStore(std::move(impl)));
+  for (const Layout& l : layouts) STRATA_RETURN_IF_ERROR(store->RegisterLayout(l));
+  store->impl_->StartThreads();
+  return store;
+}
+
+// With committed shares on, the policy is wrapped to keep each namespace's.
+void CacheStore::Impl::InstallPolicy(std::unique_ptr<EvictionPolicy> base) {
+  policy = std::move(base);
+  if (opts.committed_share_per_namespace < 1) {
+    auto tenant_shares = std::make_unique<TenantSharePolicy>(
+        std::move(policy),
+        static_cast<uint64_t>(opts.committed_share_per_namespace * arena->capacity_bytes()));
+    shares = tenant_shares.get();
+    policy = std::move(tenant_shares);
+  }
+}
+
+void CacheStore::Impl::RegisterMetrics() {
+  MetricsRegistry& r = *registry;
   const auto latency = MetricsRegistry::ExponentialBuckets(1e-6, 2, 24);
   const MetricLabels dram{{"tier", "dram"}};
   m.match_requests = r.GetCounter("strata_match_requests_total", "Match calls.");
@@ -117,38 +142,32 @@ Result<std::unique_ptr<CacheStore>> CacheStore::Open(CacheStoreOptions options) 
       r.GetGauge("strata_entries", "Committed entries.", {{"tier", "dram"}, {"kind", "global_kv"}});
   m.entries_swa =
       r.GetGauge("strata_entries", "Committed entries.", {{"tier", "dram"}, {"kind", "swa_state"}});
-  m.capacity_bytes->Set(static_cast<int64_t>(impl->arena->capacity_bytes()));
+  m.capacity_bytes->Set(static_cast<int64_t>(arena->capacity_bytes()));
+}
 
-  std::vector<Layout> layouts = {MakeGlobalKvLayout(kV41GlobalKvLayoutId),
-                                 MakeSwaLayout(kV41SwaLayoutId)};
-  layouts.insert(layouts.end(), options.extra_layouts.begin(), options.extra_layouts.end());
-  if (options.ssd.has_value()) {
-    if (options.ssd_writeback_batch == 0 || options.ssd_writeback_queue == 0) {
-      return InvalidArgument("SSD write-back batch and queue must be positive");
-    }
-    SsdTierOptions ssd_opts = *options.ssd;
-    if (ssd_opts.metrics == nullptr) ssd_opts.metrics = impl->registry;
-    auto ssd = SsdTier::Open(std::move(ssd_opts));
-    if (!ssd.ok()) return ssd.status();
-    impl->ssd = std::move(ssd).value();
-    impl->ssd_promotions =
-        r.GetCounter("strata_ssd_promotions_total", "SSD entries read into the DRAM tier.");
-    impl->ssd_wb_dropped = r.GetCounter("strata_ssd_writeback_dropped_total",
-                                        "Entries not written back: the queue was full.");
-    impl->ssd_wb_pending =
-        r.GetGauge("strata_ssd_writeback_pending", "Entries queued for SSD write-back.");
+Status CacheStore::Impl::OpenSsdTier() {
+  if (opts.ssd_writeback_batch == 0 || opts.ssd_writeback_queue == 0) {
+    return InvalidArgument("SSD write-back batch and queue must be positive");
   }
-  std::unique_ptr<CacheStore> store(new CacheStore(std::move(impl)));
-  for (const Layout& l : layouts) STRATA_RETURN_IF_ERROR(store->RegisterLayout(l));
-  if (store->impl_->ssd != nullptr) {
-    Impl* p = store->impl_.get();
-    p->wb_thread = std::thread([p] { p->WriteBackLoop(); });
-  }
-  if (options.maintenance_interval > 0) {
-    Impl* p = store->impl_.get();
-    p->maintenance = std::thread([p] { p->MaintenanceLoop(); });
-  }
-  return store;
+  SsdTierOptions ssd_opts = *opts.ssd;
+  if (ssd_opts.metrics == nullptr) ssd_opts.metrics = registry;
+  auto opened = SsdTier::Open(std::move(ssd_opts));
+  if (!opened.ok()) return opened.status();
+  ssd = std::move(opened).value();
+  MetricsRegistry& r = *registry;
+  ssd_promotions =
+      r.GetCounter("strata_ssd_promotions_total", "SSD entries read into the DRAM tier.");
+  ssd_wb_dropped = r.GetCounter("strata_ssd_writeback_dropped_total",
+                                "Entries not written back: the queue was full.");
+  ssd_wb_pending = r.GetGauge("strata_ssd_writeback_pending", "Entries queued for SSD write-back.");
+  return Status::Ok();
+}
+
+// The write-back thread (with an SSD tier) and the maintenance thread
+// (with a maintenance interval).
+void CacheStore::Impl::StartThreads() {
+  if (ssd != nullptr) wb_thread = std::thread([this] { WriteBackLoop(); });
+  if (opts.maintenance_interval > 0) maintenance = std::thread([this] { MaintenanceLoop(); });
 }
 
 CacheStore::~CacheStore() {

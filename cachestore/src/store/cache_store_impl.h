@@ -57,6 +57,8 @@
 
 namespace strata {
 
+class FetchPrefix;
+
 inline constexpr size_t kMaxVictimScan = 4096;
 // How many boundaries below the hit run match looks for SWA state. Bounded
 // replay makes a far-back state worth little next to replaying W tokens.
@@ -493,6 +495,115 @@ struct CacheStore::Impl {
   // The SSD pass (TTL expiry in expiry order, eviction to the watermarks):
   // every 10th background run (about a second), every explicit one.
   void MaybeRunSsdMaintenance(bool background);
+
+  // ---- fetch (fetch.cc): CacheStore::Fetch's steps --------------------------
+
+  // One fetch between its steps: what it was asked for, what it pinned,
+  // and what failed verification.
+  struct FetchRun {
+    const FetchRequest& req;
+    const MatchResult& match;
+    uint32_t ns = 0;
+    size_t n = 0;  // block buffers asked for
+    bool want_swa = false;
+    Nanos start = 0;
+    FetchPrefix& prefix;
+    FetchOutcome& out;
+    std::vector<EntryRef> pinned{};        // the blocks, in order
+    EntryRef swa_ref{};                    // the SWA entry, when pinned
+    std::vector<Entry*> corrupt{};         // failed verification: dropped
+    std::vector<PayloadHeader> headers{};  // of the blocks, once verified
+  };
+
+  // 1. Pins what the fetch will read: through the lease, or by looking keys
+  // up. An error fails the fetch (the lease is not live, or a write lease).
+  Status PinFetched(FetchRun& f);
+  Status PinFetchedThroughLease(FetchRun& f);
+  // The lease holds the DRAM blocks only; lines them up with the match and
+  // promotes the SSD-only ones in between.
+  void PromoteAroundLease(FetchRun& f);
+  void PinFetchedByKey(FetchRun& f);
+
+  // 2. Copies and checks each usable block's header.
+  void VerifyFetchedHeaders(FetchRun& f);
+
+  // 3. Copies and verifies the SWA state while its prefix stands; whether
+  // it verified.
+  bool CopyFetchedSwa(FetchRun& f);
+
+  // 4. Copies and verifies the usable blocks' bodies.
+  void CopyFetchedBodies(FetchRun& f);
+
+  // 5. Drops what failed verification and lets go of every pin.
+  void ReleaseFetched(FetchRun& f);
+
+  // ---- commit (commit.cc): CacheStore::Reserve's and ::Publish's steps -----
+
+  // Each block valid, and no larger than the whole tier.
+  Status CheckReserveBlocks(std::span<const CommitBlock> blocks) const;
+  // Refuses a reservation past the namespace's lease limits, or one that
+  // would not fit even if every evictable entry went.
+  Status CheckReserveNeed(const std::string& caller_ns, uint32_t ns, const ReserveNeed& need) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Reserves an entry for each block not present or in flight, into `rec`
+  // and `out`; on no room, erases those reserved and fails.
+  Status ReserveEntries(uint32_t ns, const ModelId& model, std::span<const CommitBlock> blocks,
+                        Nanos now, const ReserveNeed& need, LeaseRecord& rec, Reservation& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Erases the entries a failed reservation reserved.
+  void UndoReservation(const LeaseRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Grants the write lease over the reserved entries; erases them if refused.
+  Status GrantWriteLease(const std::string& caller_ns, uint32_t ns, LeaseRecord& rec,
+                         Reservation& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+
+  // Takes write lease `lease` for a publish of `checksums` blocks: its
+  // record, and the batch size it was granted with in `batch`.
+  Result<LeaseRecord> TakeLeaseToPublish(uint32_t ns, LeaseId lease, Nanos now, size_t checksums,
+                                         uint32_t* batch);
+  // Each reserved entry's payload against its checksum (stored in it).
+  std::vector<Status> VerifyReserved(const LeaseRecord& rec, std::span<const uint64_t> checksums);
+  // Commits the entries that verified and whose parents are stored, erases
+  // the rest (their failures in `out`); the committed ones.
+  std::vector<Entry*> PublishReserved(uint32_t ns, const LeaseRecord& rec, Nanos now,
+                                      std::vector<Status>& verdict, PublishResult& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Tells the eviction policy about the published entries and their
+  // ancestors.
+  void OrderPublished(const std::vector<Entry*>& published)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+
+  // ---- admin (admin.cc): CacheStore::Evict's steps -------------------------
+
+  // Adds the committed entry under `k` to `roots`; false if there is none.
+  bool FindEvictRoot(const EntryKey& k, Nanos now, std::vector<Entry*>& roots)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Every committed entry of namespace `ns` the filter picks, but those
+  // pinned or with a pinned descendant (counted in `report`).
+  std::vector<Entry*> EvictRootsByFilter(uint32_t ns, const EntryFilter& filter, Nanos now,
+                                         EvictReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  std::vector<Entry*> CloseOverDescendants(const std::vector<Entry*>& roots) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Counts and lists the entries that go in `report`; their descriptions,
+  // to erase their SSD copies by, when there is an SSD tier.
+  std::vector<EntryInfo> ReportEvicted(const std::vector<Entry*>& affected, const std::string& ns,
+                                       const EvictRequest& req, EvictReport& report) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  void DeleteRoots(const std::vector<Entry*>& roots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Deletes again the entries of `ssd_copies` found back in DRAM. Takes
+  // structure_mu.
+  void DeleteRepublished(uint32_t ns, const std::vector<EntryInfo>& ssd_copies, Nanos now);
+
+  // ---- opening (cache_store.cc): CacheStore::Open's steps, run while Open
+  // holds structure_mu (nobody else sees the store yet) ---------------------
+
+  void InstallPolicy(std::unique_ptr<EvictionPolicy> base)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  void RegisterMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  Status OpenSsdTier() ABSL_EXCLUSIVE_LOCKS_REQUIRED(structure_mu);
+  // Open's last step, once the store owns this (structure_mu still held by
+  // Open, through a pointer the analysis does not follow).
+  void StartThreads();
 };
 
 // Finds a committed entry for an admin call; NOT_FOUND otherwise.
