@@ -208,11 +208,6 @@ Status CacheStore::RegisterLayout(const Layout& layout) {
   return Status::Ok();
 }
 
-// ---- match ------------------------------------------------------------------
-
-// One match in progress: looks blocks up in order, pins them if asked, then
-// touches, leases and accounts for them. Shared by Match and MatchKeys.
-
 MaintenanceReport CacheStore::RunMaintenance() {
   MaintenanceReport report = impl_->RunMaintenance();
   impl_->MaybeRunSsdMaintenance(/*background=*/false);

@@ -359,6 +359,4 @@ Status CacheStore::Abort(const Principal& caller, LeaseId lease) {
   return Status::Ok();
 }
 
-// ---- admin ------------------------------------------------------------------
-
 }  // namespace strata

@@ -257,6 +257,4 @@ void CacheStore::Impl::ReleaseFetched(FetchRun& f) {
   if (f.swa_ref.entry != nullptr) Unpin(f.swa_ref, /*lease=*/false);
 }
 
-// ---- commit -----------------------------------------------------------------
-
 }  // namespace strata

@@ -90,6 +90,4 @@ Status CacheStore::CheckInvariantsForTesting() const {
   return Status::Ok();
 }
 
-// ---- admin: listing and eviction by filter ------------------------------------
-
 }  // namespace strata

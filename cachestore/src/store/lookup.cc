@@ -5,6 +5,8 @@
 
 namespace strata {
 
+// One match in progress: looks blocks up in order, pins them if asked, then
+// touches, leases and accounts for them. Shared by Match and MatchKeys.
 class CacheStore::PrefixLookup {
  public:
   PrefixLookup(Impl& s, const Principal& caller, const ModelId& model, uint32_t block_tokens,
@@ -306,7 +308,5 @@ Result<MatchResult> CacheStore::MatchKeys(const Principal& caller, const MatchKe
   if (req.want_swa) lookup.FindSwa();
   return lookup.Finish(req.root, uint64_t{req.block_tokens} * req.keys.size());
 }
-
-// ---- fetch ------------------------------------------------------------------
 
 }  // namespace strata
