@@ -4,9 +4,9 @@
 #include "util/mutex.h"
 
 namespace strata {
+namespace {
 
-Result<Reservation> ClusterStore::Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
-                                          Nanos write_lease_ttl) {
+Status CheckReserveBlocks(std::span<const CommitBlock> blocks) {
   if (blocks.empty() || blocks.size() > kMaxBlocksPerCall) {
     return InvalidArgument("reserve needs 1.." + std::to_string(kMaxBlocksPerCall) + " blocks");
   }
@@ -20,13 +20,112 @@ Result<Reservation> ClusterStore::Reserve(const ModelId& model, std::span<const 
                              std::to_string(kMaxPayloadBytes));
     }
   }
+  return Status::Ok();
+}
+
+// What the replicas said of each block (those that had it already are
+// counted in WriteLease::present), and whether any node answered at all.
+struct ReplicaStates {
+  explicit ReplicaStates(size_t n) : reserved(n, false), in_flight(n, false) {}
+  std::vector<bool> reserved;
+  std::vector<bool> in_flight;
+  Status first_error;
+  bool any_answer = false;
+};
+
+// Each node's reservation goes into its part; a node that failed fails
+// its blocks (unless they failed already).
+ReplicaStates TakeReservations(std::vector<Result<Reservation>>& results,
+                               std::vector<WritePart>& parts, WriteLease& lease) {
+  ReplicaStates states(lease.present.size());
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (!results[p].ok()) {
+      if (states.first_error.ok()) states.first_error = results[p].status();
+      for (size_t b : parts[p].positions) {
+        if (lease.failed[b].ok()) lease.failed[b] = results[p].status();
+      }
+      continue;
+    }
+    states.any_answer = true;
+    parts[p].reservation = std::move(results[p]).value();
+    const Reservation& r = parts[p].reservation;
+    if (r.write_lease != 0) lease.expiry = std::min(lease.expiry, r.expiry);
+    for (size_t j = 0; j < r.blocks.size() && j < parts[p].positions.size(); ++j) {
+      const size_t b = parts[p].positions[j];
+      switch (r.blocks[j].state) {
+        case ReserveState::kReserved:
+          states.reserved[b] = true;
+          break;
+        case ReserveState::kAlreadyPresent:
+          ++lease.present[b];
+          break;
+        case ReserveState::kInFlight:
+          states.in_flight[b] = true;
+          break;
+      }
+    }
+  }
+  return states;
+}
+
+// The caller's answer: a staging buffer for each block it must write, or
+// why it need not. Returns whether any block needs bytes.
+bool StageBlocks(std::span<const CommitBlock> blocks, const ReplicaStates& states,
+                 WriteLease& lease, Reservation& out) {
+  out.blocks.resize(blocks.size());
+  bool needs_bytes = false;
+  lease.staging.resize(blocks.size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    ReservedBlock& rb = out.blocks[b];
+    // A block no replica took is still written by the caller, so that
+    // Publish can report why it failed, block by block.
+    const bool all_failed = !states.reserved[b] && lease.present[b] == 0 && !states.in_flight[b] &&
+                            !lease.failed[b].ok();
+    if (states.reserved[b] || all_failed) {
+      lease.staging[b].resize(blocks[b].payload_bytes);
+      rb.buffer = std::span<std::byte>(lease.staging[b]);
+      needs_bytes = true;
+    } else {
+      rb.state = lease.present[b] > 0 ? ReserveState::kAlreadyPresent : ReserveState::kInFlight;
+    }
+  }
+  return needs_bytes;
+}
+
+}  // namespace
+
+Result<Reservation> ClusterStore::Reserve(const ModelId& model, std::span<const CommitBlock> blocks,
+                                          Nanos write_lease_ttl) {
+  STRATA_RETURN_IF_ERROR(CheckReserveBlocks(blocks));
   const std::shared_ptr<const View> view = Snapshot();
   std::vector<WritePart> parts;
   std::vector<std::vector<CommitBlock>> node_blocks;
   std::vector<Status> no_replica(blocks.size());
   std::vector<std::shared_ptr<NodeConn>> displaced;
   PlanWrites(*view, blocks, &parts, &node_blocks, &no_replica, &displaced);
+  std::vector<Result<Reservation>> results =
+      ReserveOnNodes(model, write_lease_ttl, parts, node_blocks, displaced);
 
+  auto lease = std::make_shared<WriteLease>();
+  lease->present.assign(blocks.size(), 0);
+  lease->failed = no_replica;
+  lease->expiry = std::numeric_limits<Nanos>::max();
+  const ReplicaStates states = TakeReservations(results, parts, *lease);
+  if (!states.any_answer) {
+    return states.first_error.ok() ? Unavailable("no writable node") : states.first_error;
+  }
+
+  Reservation out;
+  const bool needs_bytes = StageBlocks(blocks, states, *lease, out);
+  lease->parts = std::move(parts);
+  if (needs_bytes) KeepWriteLease(std::move(lease), out);
+  return out;
+}
+
+std::vector<Result<Reservation>> ClusterStore::ReserveOnNodes(
+    const ModelId& model, Nanos write_lease_ttl, const std::vector<WritePart>& parts,
+    const std::vector<std::vector<CommitBlock>>& node_blocks,
+    const std::vector<std::shared_ptr<NodeConn>>& displaced) {
   std::vector<Result<Reservation>> results(parts.size(), Unavailable("not asked"));
   std::vector<std::function<void()>> tasks;
   for (size_t p = 0; p < parts.size(); ++p) {
@@ -38,80 +137,25 @@ Result<Reservation> ClusterStore::Reserve(const ModelId& model, std::span<const 
   }
   AddProbes(displaced, &tasks);
   pool_.RunAll(std::move(tasks));
+  return results;
+}
 
-  auto lease = std::make_shared<WriteLease>();
-  lease->present.assign(blocks.size(), 0);
-  lease->failed = no_replica;
-  lease->expiry = std::numeric_limits<Nanos>::max();
-  std::vector<bool> reserved(blocks.size(), false), in_flight(blocks.size(), false);
-  Status first_error;
-  bool any_answer = false;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    if (!results[p].ok()) {
-      if (first_error.ok()) first_error = results[p].status();
-      for (size_t b : parts[p].positions) {
-        if (lease->failed[b].ok()) lease->failed[b] = results[p].status();
-      }
-      continue;
-    }
-    any_answer = true;
-    parts[p].reservation = std::move(results[p]).value();
-    const Reservation& r = parts[p].reservation;
-    if (r.write_lease != 0) lease->expiry = std::min(lease->expiry, r.expiry);
-    for (size_t j = 0; j < r.blocks.size() && j < parts[p].positions.size(); ++j) {
-      const size_t b = parts[p].positions[j];
-      switch (r.blocks[j].state) {
-        case ReserveState::kReserved:
-          reserved[b] = true;
-          break;
-        case ReserveState::kAlreadyPresent:
-          ++lease->present[b];
-          break;
-        case ReserveState::kInFlight:
-          in_flight[b] = true;
-          break;
-      }
-    }
-  }
-  if (!any_answer) return first_error.ok() ? Unavailable("no writable node") : first_error;
-
-  Reservation out;
-  out.blocks.resize(blocks.size());
-  bool needs_bytes = false;
-  lease->staging.resize(blocks.size());
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    ReservedBlock& rb = out.blocks[b];
-    // A block no replica took is still written by the caller, so that
-    // Publish can report why it failed, block by block.
-    const bool all_failed =
-        !reserved[b] && lease->present[b] == 0 && !in_flight[b] && !lease->failed[b].ok();
-    if (reserved[b] || all_failed) {
-      lease->staging[b].resize(blocks[b].payload_bytes);
-      rb.buffer = std::span<std::byte>(lease->staging[b]);
-      needs_bytes = true;
-    } else {
-      rb.state = lease->present[b] > 0 ? ReserveState::kAlreadyPresent : ReserveState::kInFlight;
-    }
-  }
-  lease->parts = std::move(parts);
-  if (needs_bytes) {
-    const Nanos now = SteadyClock().Now();
-    out.write_lease = next_lease_.fetch_add(1);
-    out.expiry =
-        lease->expiry == std::numeric_limits<Nanos>::max() ? now + call_timeout_ : lease->expiry;
-    lease->reclaim_at = out.expiry + std::max<Nanos>(out.expiry - now, 0);
-    // Reservations neither published nor aborted: the nodes dropped them.
-    // Their staging is freed after the lock, not under it.
-    std::vector<std::shared_ptr<WriteLease>> dropped;
-    MutexLock lock(leases_mu_);
-    std::erase_if(write_leases_, [&](auto& kv) {
-      if (kv.second->reclaim_at > now) return false;
-      dropped.push_back(std::move(kv.second));
-      return true;
-    });
-    write_leases_.emplace(out.write_lease, std::move(lease));
-  }
-  return out;
+void ClusterStore::KeepWriteLease(std::shared_ptr<WriteLease> lease, Reservation& out) {
+  const Nanos now = SteadyClock().Now();
+  out.write_lease = next_lease_.fetch_add(1);
+  out.expiry =
+      lease->expiry == std::numeric_limits<Nanos>::max() ? now + call_timeout_ : lease->expiry;
+  lease->reclaim_at = out.expiry + std::max<Nanos>(out.expiry - now, 0);
+  // Reservations neither published nor aborted: the nodes dropped them.
+  // Their staging is freed after the lock, not under it.
+  std::vector<std::shared_ptr<WriteLease>> dropped;
+  MutexLock lock(leases_mu_);
+  std::erase_if(write_leases_, [&](auto& kv) {
+    if (kv.second->reclaim_at > now) return false;
+    dropped.push_back(std::move(kv.second));
+    return true;
+  });
+  write_leases_.emplace(out.write_lease, std::move(lease));
 }
 
 Result<PublishResult> ClusterStore::Publish(LeaseId write_lease,

@@ -348,6 +348,16 @@ class ClusterStore final : public Store {
   void AddProbes(const std::vector<std::shared_ptr<NodeConn>>& displaced,
                  std::vector<std::function<void()>>* tasks);
 
+  // MatchKeys's asks, answers and holders (cluster_match.cc).
+  struct KeyMatch;
+
+  // Asks each node, in parallel, for the keys it may hold.
+  void AskNodes(KeyMatch& match);
+
+  // Gives the prefix's read lease (some node leases left) its cluster id and
+  // keeps it, dropping expired ones when too many are kept.
+  void KeepReadLease(std::shared_ptr<ReadLease> lease, MatchResult& out);
+
   Result<std::string> CallerNamespace() override { return Namespace(); }
 
   Result<std::string> Namespace();
@@ -361,6 +371,17 @@ class ClusterStore final : public Store {
                   std::vector<WritePart>* parts, std::vector<std::vector<CommitBlock>>* node_blocks,
                   std::vector<Status>* no_replica,
                   std::vector<std::shared_ptr<NodeConn>>* displaced) const;
+
+  // Reserve's calls: each node's blocks reserved on it, in parallel, with
+  // probes of the down nodes passed over; one answer per part.
+  std::vector<Result<Reservation>> ReserveOnNodes(
+      const ModelId& model, Nanos write_lease_ttl, const std::vector<WritePart>& parts,
+      const std::vector<std::vector<CommitBlock>>& node_blocks,
+      const std::vector<std::shared_ptr<NodeConn>>& displaced);
+
+  // Gives a reservation that needs the caller's bytes its cluster lease and
+  // keeps it, dropping those left alone past their reclaim time.
+  void KeepWriteLease(std::shared_ptr<WriteLease> lease, Reservation& out);
 
   // Adds one node's per-block answer to the tally.
   static void Tally(const std::vector<size_t>& positions, const std::optional<Reservation>& r,
@@ -386,6 +407,16 @@ class ClusterStore final : public Store {
   // ran out of replicas, or the deadline leaves no room for another round.
   void FetchFromReplicas(const FetchRequest& req, const MatchResult& match, const ReadLease& lease,
                          size_t n, bool want_swa, Nanos deadline, FetchOutcome& out);
+
+  // FetchFromReplicas's state across rounds, and one round's call to one
+  // node (cluster_fetch.cc).
+  struct ReplicaFetch;
+  struct SubFetch;
+
+  // Runs a round's sub-fetches in parallel, one node call each. Events of
+  // blocks going to `scratch` wait until copied over (TakeOutcomes).
+  void RunSubFetches(const FetchRequest& req, std::vector<SubFetch>& subs, FetchEvents& events,
+                     std::vector<std::vector<std::byte>>& scratch);
 
   // Copies from a verified `scratch` payload into `dest` the layer groups of
   // `block` not reported ready yet, and reports them. The header is in place

@@ -99,13 +99,12 @@ Status NodeRegistration::Register() {
 }
 
 void NodeRegistration::Run() {
-  const milliseconds ttl = options_.lease_ttl;
-  const milliseconds keepalive_every = std::max(ttl / 3, kPollInterval);
-  Clock::time_point last_renewed = Clock::now();
-  Clock::time_point next_keepalive = Clock::now();
-  Clock::time_point next_record_put = Clock::now();
-  bool outage_logged = false;
-  bool record_failure_logged = false;
+  Renewal r;
+  r.ttl = options_.lease_ttl;
+  r.keepalive_every = std::max(r.ttl / 3, kPollInterval);
+  r.last_renewed = Clock::now();
+  r.next_keepalive = Clock::now();
+  r.next_record_put = Clock::now();
   while (!Stopping()) {
     int64_t lease = 0;
     bool written_draining = false;
@@ -116,82 +115,101 @@ void NodeRegistration::Run() {
     }
     milliseconds pause = kPollInterval;
     if (lease == 0) {
-      if (Status st = Register(); st.ok()) {
-        outage_logged = false;
-        last_renewed = Clock::now();
-        next_keepalive = last_renewed + keepalive_every;
-      } else {
-        if (!outage_logged) {
-          spdlog::warn("event=etcd_register_failed key={} error=\"{}\" retry_ms={}", key_,
-                       st.ToString(), kRetryInterval.count());
-          outage_logged = true;
-        }
-        pause = kRetryInterval;
-      }
+      pause = TryRegister(r);
+    } else if (std::optional<milliseconds> renewed = Renew(r, lease, written_draining)) {
+      pause = *renewed;
     } else {
-      Status st = Status::Ok();
-      const bool draining = options_.draining && options_.draining();
-      // A refused update (etcd out of space refuses every Put but renews
-      // leases) is retried later; the keep-alives go on meanwhile.
-      if (draining != written_draining && Clock::now() >= next_record_put) {
-        NodeRecord record = options_.record;
-        record.info.draining = draining;
-        const Status put = client_->Put(key_, EncodeNodeRecord(record), lease);
-        if (put.ok()) {
-          MutexLock lock(mu_);
-          written_draining_ = draining;
-          spdlog::info("event=etcd_record_updated key={} draining={}", key_, draining);
-          record_failure_logged = false;
-        } else {
-          next_record_put = Clock::now() + kRetryInterval;
-          if (put.code() == StatusCode::kLeaseExpired) st = put;
-          if (!record_failure_logged) {
-            spdlog::warn("event=etcd_record_update_failed key={} error=\"{}\" retry_ms={}", key_,
-                         put.ToString(), kRetryInterval.count());
-            record_failure_logged = true;
-          }
-        }
-      }
-      if (st.ok() && Clock::now() >= next_keepalive) {
-        Result<int64_t> renewed = client_->LeaseKeepAlive(lease);
-        st = renewed.status();
-        if (st.ok()) {
-          last_renewed = Clock::now();
-          next_keepalive = last_renewed + keepalive_every;
-          outage_logged = false;
-          // Only a lease found gone counts against it; a failed check
-          // is tried again at the next keep-alive.
-          if (Status key = CheckKey(lease, draining); key.code() == StatusCode::kLeaseExpired) {
-            st = key;
-          } else if (!key.ok()) {
-            spdlog::warn("event=etcd_key_check_failed key={} error=\"{}\"", key_, key.ToString());
-          }
-        } else {
-          next_keepalive = Clock::now() + kRetryInterval;
-        }
-      }
-      // A lease etcd no longer knows, or one not renewed for a whole TTL
-      // (it may have expired while etcd was away): register afresh. A new
-      // lease takes the key over, so the old one expires without it.
-      const bool lost =
-          st.code() == StatusCode::kLeaseExpired || (!st.ok() && Clock::now() - last_renewed > ttl);
-      if (!st.ok() && !outage_logged) {
-        spdlog::warn("event=etcd_keepalive_failed key={} lease={} error=\"{}\"", key_, lease,
-                     st.ToString());
-        outage_logged = true;
-      }
-      if (lost) {
-        spdlog::warn("event=etcd_lease_lost key={} lease={}", key_, lease);
-        MutexLock lock(mu_);
-        lease_ = 0;
-        continue;
-      }
-      pause = std::clamp(std::chrono::duration_cast<milliseconds>(next_keepalive - Clock::now()),
-                         milliseconds(1), kPollInterval);
+      continue;  // lost: register afresh at once
     }
     MutexLock lock(mu_);
     cv_.wait_for(lock.native(), pause, [&] { return stopping_; });
   }
+}
+
+milliseconds NodeRegistration::TryRegister(Renewal& r) {
+  const Status st = Register();
+  if (st.ok()) {
+    r.outage_logged = false;
+    r.last_renewed = Clock::now();
+    r.next_keepalive = r.last_renewed + r.keepalive_every;
+    return kPollInterval;
+  }
+  if (!r.outage_logged) {
+    spdlog::warn("event=etcd_register_failed key={} error=\"{}\" retry_ms={}", key_, st.ToString(),
+                 kRetryInterval.count());
+    r.outage_logged = true;
+  }
+  return kRetryInterval;
+}
+
+std::optional<milliseconds> NodeRegistration::Renew(Renewal& r, int64_t lease,
+                                                    bool written_draining) {
+  Status st = Status::Ok();
+  const bool draining = options_.draining && options_.draining();
+  // A refused update (etcd out of space refuses every Put but renews
+  // leases) is retried later; the keep-alives go on meanwhile.
+  if (draining != written_draining && Clock::now() >= r.next_record_put) {
+    st = UpdateRecord(r, lease, draining);
+  }
+  if (st.ok() && Clock::now() >= r.next_keepalive) st = KeepAlive(r, lease, draining);
+  // A lease etcd no longer knows, or one not renewed for a whole TTL
+  // (it may have expired while etcd was away): register afresh. A new
+  // lease takes the key over, so the old one expires without it.
+  const bool lost =
+      st.code() == StatusCode::kLeaseExpired || (!st.ok() && Clock::now() - r.last_renewed > r.ttl);
+  if (!st.ok() && !r.outage_logged) {
+    spdlog::warn("event=etcd_keepalive_failed key={} lease={} error=\"{}\"", key_, lease,
+                 st.ToString());
+    r.outage_logged = true;
+  }
+  if (lost) {
+    spdlog::warn("event=etcd_lease_lost key={} lease={}", key_, lease);
+    MutexLock lock(mu_);
+    lease_ = 0;
+    return std::nullopt;
+  }
+  return std::clamp(std::chrono::duration_cast<milliseconds>(r.next_keepalive - Clock::now()),
+                    milliseconds(1), kPollInterval);
+}
+
+Status NodeRegistration::UpdateRecord(Renewal& r, int64_t lease, bool draining) {
+  NodeRecord record = options_.record;
+  record.info.draining = draining;
+  const Status put = client_->Put(key_, EncodeNodeRecord(record), lease);
+  if (put.ok()) {
+    MutexLock lock(mu_);
+    written_draining_ = draining;
+    spdlog::info("event=etcd_record_updated key={} draining={}", key_, draining);
+    r.record_failure_logged = false;
+    return Status::Ok();
+  }
+  r.next_record_put = Clock::now() + kRetryInterval;
+  if (!r.record_failure_logged) {
+    spdlog::warn("event=etcd_record_update_failed key={} error=\"{}\" retry_ms={}", key_,
+                 put.ToString(), kRetryInterval.count());
+    r.record_failure_logged = true;
+  }
+  return put.code() == StatusCode::kLeaseExpired ? put : Status::Ok();
+}
+
+Status NodeRegistration::KeepAlive(Renewal& r, int64_t lease, bool draining) {
+  Result<int64_t> renewed = client_->LeaseKeepAlive(lease);
+  Status st = renewed.status();
+  if (st.ok()) {
+    r.last_renewed = Clock::now();
+    r.next_keepalive = r.last_renewed + r.keepalive_every;
+    r.outage_logged = false;
+    // Only a lease found gone counts against it; a failed check is tried
+    // again at the next keep-alive.
+    if (Status key = CheckKey(lease, draining); key.code() == StatusCode::kLeaseExpired) {
+      st = key;
+    } else if (!key.ok()) {
+      spdlog::warn("event=etcd_key_check_failed key={} error=\"{}\"", key_, key.ToString());
+    }
+  } else {
+    r.next_keepalive = Clock::now() + kRetryInterval;
+  }
+  return st;
 }
 
 // A live lease does not keep the key: an operator's delete, or a second

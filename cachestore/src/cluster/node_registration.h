@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,8 +60,32 @@ class NodeRegistration {
 
  private:
   explicit NodeRegistration(NodeRegistrationOptions options, std::unique_ptr<EtcdClient> client);
+  // The keep-alive thread: registers while unregistered, else renews,
+  // until Deregister.
   void Run();
   Status Register();
+
+  // The keep-alive thread's timers and which outages it has logged.
+  struct Renewal {
+    std::chrono::milliseconds ttl{0};
+    std::chrono::milliseconds keepalive_every{0};
+    std::chrono::steady_clock::time_point last_renewed;
+    std::chrono::steady_clock::time_point next_keepalive;
+    std::chrono::steady_clock::time_point next_record_put;
+    bool outage_logged = false;
+    bool record_failure_logged = false;
+  };
+  // Registers afresh; returns how long to wait before the next round.
+  std::chrono::milliseconds TryRegister(Renewal& r);
+  // Follows the draining flag and keeps `lease` alive; returns how long to
+  // wait before the next round, or nullopt when the lease is lost (lease_
+  // is then 0, and the next round registers afresh at once).
+  std::optional<std::chrono::milliseconds> Renew(Renewal& r, int64_t lease, bool written_draining);
+  // Rewrites the record with `draining`; a refused update is retried after
+  // kRetryInterval. Returns the failure only when the lease is gone.
+  Status UpdateRecord(Renewal& r, int64_t lease, bool draining);
+  // Renews `lease`, then checks that the key is still ours (CheckKey).
+  Status KeepAlive(Renewal& r, int64_t lease, bool draining);
   // Puts the record back under `lease` if the key is gone (one transaction).
   Status CheckKey(int64_t lease, bool draining);
   bool Stopping();

@@ -171,6 +171,131 @@ bool WaitUntil(Fn&& done, Nanos deadline) {
   return true;
 }
 
+// The data plane's mode: RMA needs UCP_FEATURE_RMA, and with it UCX serves
+// a peer's get or put at whatever address of the node's process the peer
+// names (software RMA on tcp and shared memory; docs/security.md): whoever
+// reaches the node's UCX worker could read and write all of its memory. So
+// `auto` means active messages, and RMA is the operator's explicit choice,
+// for one tenant on a host and network it trusts entirely.
+Result<dataplane::Mode> ChooseDataPlaneMode(const NodeConfig& config, NodeState& st) {
+  Result<dataplane::Mode> mode = dataplane::ParseMode(config.data_plane_mode);
+  if (!mode.ok()) return mode.status();
+  st.data_plane_mode = config.data_plane_mode;
+  if (*mode == dataplane::Mode::kAuto) {
+    *mode = dataplane::Mode::kActiveMessage;
+    st.data_plane_mode = "am";
+  }
+  if (*mode == dataplane::Mode::kRma && st.tokens.tenant_namespaces() > 1) {
+    return InvalidArgument(
+        "data_plane_mode rma lets every client read the whole arena, and the tokens file names " +
+        std::to_string(st.tokens.tenant_namespaces()) +
+        " tenant namespaces: use am (or auto) for tenants that must not see each other "
+        "(docs/security.md)");
+  }
+  if (*mode == dataplane::Mode::kRma) {
+    spdlog::warn(
+        "data plane: data_plane_mode rma: any process that reaches this node's UCX worker can "
+        "read and write the node's memory, not only the arena (docs/security.md); use it only "
+        "where every client host and process is trusted");
+  }
+  return mode;
+}
+
+// Transfers are checked against the leases the store granted.
+dataplane::Access TransferAccess(NodeState* state) {
+  dataplane::Access access;
+  access.authorize_read = [state](uint64_t session, uint64_t lease, uint64_t offset,
+                                  uint64_t length) {
+    return state->AuthorizeTransfer(session, lease, offset, length, /*write=*/false);
+  };
+  access.authorize_write = [state](uint64_t session, uint64_t lease, uint64_t offset,
+                                   uint64_t length) {
+    return state->AuthorizeTransfer(session, lease, offset, length, /*write=*/true);
+  };
+  access.on_write_done = [](uint64_t, uint64_t, uint64_t, uint64_t) {};
+  return access;
+}
+
+// The SSD tier's settings (ssd_dir set), or a warning that the other ssd_*
+// settings go unused.
+void SetSsdOptions(const NodeConfig& config, CacheStoreOptions& opts) {
+  if (!config.ssd_dir.empty()) {
+    SsdTierOptions ssd;
+    ssd.dir = config.ssd_dir;
+    ssd.index_dir = config.ssd_index_dir;
+    ssd.capacity_bytes = config.ssd_bytes;
+    ssd.data_files = config.ssd_data_files;
+    ssd.sync = config.ssd_sync;
+    ssd.ttl = config.global_kv_ttl;
+    ssd.high_watermark = config.high_watermark;
+    ssd.low_watermark = config.low_watermark;
+    ssd.eviction_policy = config.ssd_eviction_policy;
+    opts.ssd = std::move(ssd);
+    opts.ssd_admission = config.ssd_admission == "hit_once"
+                             ? CacheStoreOptions::SsdAdmission::kHitOnce
+                             : CacheStoreOptions::SsdAdmission::kAllGlobalKv;
+  }
+  if (const NodeConfig defaults;
+      config.ssd_dir.empty() &&
+      (!config.ssd_index_dir.empty() || config.ssd_bytes != defaults.ssd_bytes ||
+       config.ssd_data_files != defaults.ssd_data_files ||
+       config.ssd_admission != defaults.ssd_admission ||
+       config.ssd_eviction_policy != defaults.ssd_eviction_policy)) {
+    // Settings for a tier that is off: say so, rather than ignore them.
+    spdlog::warn("event=ssd_tier_off reason=\"ssd_dir is empty; other ssd_* settings ignored\"");
+  }
+}
+
+// The store's options; `region`: the arena UCX allocated, if it did.
+CacheStoreOptions StoreOptions(const NodeConfig& config, const TokenTable& tokens,
+                               std::span<std::byte> region) {
+  CacheStoreOptions opts;
+  opts.dram.capacity_bytes = config.dram_bytes;
+  opts.dram.external_region = region;
+  opts.high_watermark = config.high_watermark;
+  opts.low_watermark = config.low_watermark;
+  opts.global_kv_ttl = config.global_kv_ttl;
+  opts.swa_ttl = config.swa_ttl;
+  opts.default_read_lease_ttl = config.read_lease_ttl;
+  opts.default_write_lease_ttl = config.write_lease_ttl;
+  opts.max_lease_life = config.max_lease_life;
+  opts.max_leased_entries_per_namespace = config.max_leased_entries_per_namespace;
+  opts.max_held_share_per_namespace = config.max_held_share_per_namespace.value_or(
+      tokens.tenant_namespaces() > 1 ? kMultiTenantHeldShare : 1.0);
+  if (!config.max_held_share_per_namespace.has_value() && tokens.tenant_namespaces() > 1) {
+    spdlog::info(
+        "leases: {} tenant namespaces: each may hold at most {:.0f}% of the DRAM tier in leases "
+        "(max_held_share_per_namespace auto)",
+        tokens.tenant_namespaces(), kMultiTenantHeldShare * 100);
+  }
+  const size_t tenants = std::max<size_t>(1, tokens.tenant_namespaces());
+  opts.committed_share_per_namespace =
+      config.committed_share_per_namespace.value_or(1.0 / static_cast<double>(tenants));
+  if (!config.committed_share_per_namespace.has_value() && tenants > 1) {
+    spdlog::info(
+        "eviction: {} tenant namespaces: each is owed {:.0f}% of the DRAM tier; past it a tenant "
+        "evicts its own entries first (committed_share_per_namespace auto)",
+        tenants, opts.committed_share_per_namespace * 100);
+  }
+  opts.eviction_policy = config.eviction_policy;
+  opts.extra_layouts = config.extra_layouts;
+  SetSsdOptions(config, opts);
+  return opts;
+}
+
+// The front door's TLS key pair, when the control plane speaks TLS.
+Result<std::optional<FrontDoorTls>> LoadTls(const NodeConfig& config) {
+  std::optional<FrontDoorTls> tls;
+  if (!config.tls_cert_file.empty()) {
+    Result<std::string> cert = ReadFileToString(config.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    Result<std::string> key = ReadFileToString(config.tls_key_file);
+    if (!key.ok()) return key.status();
+    tls = FrontDoorTls{std::move(cert).value(), std::move(key).value()};
+  }
+  return tls;
+}
+
 // How long a stopping node's gRPC server may take to write out replies its
 // calls have finished.
 constexpr Nanos kReplyFlush = 50 * kNanosPerMilli;
@@ -205,6 +330,15 @@ struct Node::Impl {
       state.SetStore(nullptr);
     }
   }
+
+  // Start's steps, in order; a step that fails stops what the ones before
+  // it started serving (the rest is ~Impl's).
+  Status StartOwnRegionDataPlane(dataplane::Mode mode, const dataplane::Access& access,
+                                 const dataplane::ServerOptions& dp_options);
+  Status OpenStore(const dataplane::Access& access, const dataplane::ServerOptions& dp_options);
+  Status StartControlPlane();
+  Status StartHttp();
+  Status Register();
 
   NodeConfig config;
   NodeState state;
@@ -244,134 +378,65 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   // so clients on this host read it with real RMA; UCX 1.13 only emulates
   // RMA over shared memory for memory it did not allocate. Either way the
   // arena is registered once, here.
-  Result<dataplane::Mode> mode = dataplane::ParseMode(config.data_plane_mode);
+  Result<dataplane::Mode> mode = ChooseDataPlaneMode(config, st);
   if (!mode.ok()) return mode.status();
-  st.data_plane_mode = config.data_plane_mode;
-  // RMA needs UCP_FEATURE_RMA, and with it UCX serves a peer's get or put
-  // at whatever address of the node's process the peer names (software RMA
-  // on tcp and shared memory; docs/security.md): whoever reaches the
-  // node's UCX worker could read and write all of its memory. So `auto`
-  // means active messages, and RMA is the operator's explicit choice, for
-  // one tenant on a host and network it trusts entirely.
-  if (*mode == dataplane::Mode::kAuto) {
-    *mode = dataplane::Mode::kActiveMessage;
-    st.data_plane_mode = "am";
-  }
-  if (*mode == dataplane::Mode::kRma && st.tokens.tenant_namespaces() > 1) {
-    return InvalidArgument(
-        "data_plane_mode rma lets every client read the whole arena, and the tokens file names " +
-        std::to_string(st.tokens.tenant_namespaces()) +
-        " tenant namespaces: use am (or auto) for tenants that must not see each other "
-        "(docs/security.md)");
-  }
-  if (*mode == dataplane::Mode::kRma) {
-    spdlog::warn(
-        "data plane: data_plane_mode rma: any process that reaches this node's UCX worker can "
-        "read and write the node's memory, not only the arena (docs/security.md); use it only "
-        "where every client host and process is trusted");
-  }
   st.rdma_devices = dataplane::DiscoverRdmaDevices();
-  dataplane::Access access;
-  NodeState* state = &st;
-  access.authorize_read = [state](uint64_t session, uint64_t lease, uint64_t offset,
-                                  uint64_t length) {
-    return state->AuthorizeTransfer(session, lease, offset, length, /*write=*/false);
-  };
-  access.authorize_write = [state](uint64_t session, uint64_t lease, uint64_t offset,
-                                   uint64_t length) {
-    return state->AuthorizeTransfer(session, lease, offset, length, /*write=*/true);
-  };
-  access.on_write_done = [](uint64_t, uint64_t, uint64_t, uint64_t) {};
+  const dataplane::Access access = TransferAccess(&st);
   dataplane::ServerOptions dp_options;
   dp_options.mode = *mode;
   dp_options.listen_host = config.listen.substr(0, config.listen.rfind(':'));
-  std::span<std::byte> region;
-  if (*mode != dataplane::Mode::kActiveMessage) {
-    auto dp = dataplane::DataPlaneServer::StartWithOwnRegion(config.dram_bytes, access, dp_options);
-    if (!dp.ok()) return Unavailable("data plane: " + dp.status().message());
-    impl->data_plane = std::move(dp).value();
-    impl->data_plane_owns_region = true;
-    region = impl->data_plane->region();
-  }
+  STRATA_RETURN_IF_ERROR(impl->StartOwnRegionDataPlane(*mode, access, dp_options));
+  STRATA_RETURN_IF_ERROR(impl->OpenStore(access, dp_options));
 
-  CacheStoreOptions opts;
-  opts.dram.capacity_bytes = config.dram_bytes;
-  opts.dram.external_region = region;
-  opts.high_watermark = config.high_watermark;
-  opts.low_watermark = config.low_watermark;
-  opts.global_kv_ttl = config.global_kv_ttl;
-  opts.swa_ttl = config.swa_ttl;
-  opts.default_read_lease_ttl = config.read_lease_ttl;
-  opts.default_write_lease_ttl = config.write_lease_ttl;
-  opts.max_lease_life = config.max_lease_life;
-  opts.max_leased_entries_per_namespace = config.max_leased_entries_per_namespace;
-  opts.max_held_share_per_namespace = config.max_held_share_per_namespace.value_or(
-      st.tokens.tenant_namespaces() > 1 ? kMultiTenantHeldShare : 1.0);
-  if (!config.max_held_share_per_namespace.has_value() && st.tokens.tenant_namespaces() > 1) {
-    spdlog::info(
-        "leases: {} tenant namespaces: each may hold at most {:.0f}% of the DRAM tier in leases "
-        "(max_held_share_per_namespace auto)",
-        st.tokens.tenant_namespaces(), kMultiTenantHeldShare * 100);
-  }
-  const size_t tenants = std::max<size_t>(1, st.tokens.tenant_namespaces());
-  opts.committed_share_per_namespace =
-      config.committed_share_per_namespace.value_or(1.0 / static_cast<double>(tenants));
-  if (!config.committed_share_per_namespace.has_value() && tenants > 1) {
-    spdlog::info(
-        "eviction: {} tenant namespaces: each is owed {:.0f}% of the DRAM tier; past it a tenant "
-        "evicts its own entries first (committed_share_per_namespace auto)",
-        tenants, opts.committed_share_per_namespace * 100);
-  }
-  opts.eviction_policy = config.eviction_policy;
-  opts.extra_layouts = config.extra_layouts;
-  if (!config.ssd_dir.empty()) {
-    SsdTierOptions ssd;
-    ssd.dir = config.ssd_dir;
-    ssd.index_dir = config.ssd_index_dir;
-    ssd.capacity_bytes = config.ssd_bytes;
-    ssd.data_files = config.ssd_data_files;
-    ssd.sync = config.ssd_sync;
-    ssd.ttl = config.global_kv_ttl;
-    ssd.high_watermark = config.high_watermark;
-    ssd.low_watermark = config.low_watermark;
-    ssd.eviction_policy = config.ssd_eviction_policy;
-    opts.ssd = std::move(ssd);
-    opts.ssd_admission = config.ssd_admission == "hit_once"
-                             ? CacheStoreOptions::SsdAdmission::kHitOnce
-                             : CacheStoreOptions::SsdAdmission::kAllGlobalKv;
-  }
-  if (const NodeConfig defaults;
-      config.ssd_dir.empty() &&
-      (!config.ssd_index_dir.empty() || config.ssd_bytes != defaults.ssd_bytes ||
-       config.ssd_data_files != defaults.ssd_data_files ||
-       config.ssd_admission != defaults.ssd_admission ||
-       config.ssd_eviction_policy != defaults.ssd_eviction_policy)) {
-    // Settings for a tier that is off: say so, rather than ignore them.
-    spdlog::warn("event=ssd_tier_off reason=\"ssd_dir is empty; other ssd_* settings ignored\"");
-  }
-  Result<std::unique_ptr<CacheStore>> store = CacheStore::Open(std::move(opts));
+  STRATA_RETURN_IF_ERROR(impl->StartControlPlane());
+  STRATA_RETURN_IF_ERROR(impl->StartHttp());
+  STRATA_RETURN_IF_ERROR(impl->Register());
+  spdlog::info(
+      "event=node_started node_id={} grpc_port={} http_port={} dram_bytes={} tokens={} "
+      "data_plane_mode={} rdma_devices={} tls={}",
+      st.node_id, impl->grpc_port, impl->http ? impl->http->port() : 0, config.dram_bytes,
+      st.tokens.size(), st.data_plane_mode, st.rdma_devices.size(), !config.tls_cert_file.empty());
+  return std::unique_ptr<Node>(new Node(std::move(impl)));
+}
+
+// Unless only active messages are served, UCX allocates the arena.
+Status Node::Impl::StartOwnRegionDataPlane(dataplane::Mode mode, const dataplane::Access& access,
+                                           const dataplane::ServerOptions& dp_options) {
+  if (mode == dataplane::Mode::kActiveMessage) return Status::Ok();
+  auto dp = dataplane::DataPlaneServer::StartWithOwnRegion(config.dram_bytes, access, dp_options);
+  if (!dp.ok()) return Unavailable("data plane: " + dp.status().message());
+  data_plane = std::move(dp).value();
+  data_plane_owns_region = true;
+  return Status::Ok();
+}
+
+// The store, in the arena UCX allocated if it did; then, for active
+// messages only, the data plane over the store's own mapping.
+Status Node::Impl::OpenStore(const dataplane::Access& access,
+                             const dataplane::ServerOptions& dp_options) {
+  const std::span<std::byte> region =
+      data_plane != nullptr ? data_plane->region() : std::span<std::byte>();
+  Result<std::unique_ptr<CacheStore>> store =
+      CacheStore::Open(StoreOptions(config, state.tokens, region));
   if (!store.ok()) return store.status();
-  st.SetStore(std::move(store).value());
-  st.metrics = &st.store->metrics();
-  if (impl->data_plane == nullptr) {
+  state.SetStore(std::move(store).value());
+  state.metrics = &state.store->metrics();
+  if (data_plane == nullptr) {
     // Active messages only: the arena is the store's own mapping.
-    auto dp = dataplane::DataPlaneServer::Start(st.store->ArenaRegion(), access, dp_options);
+    auto dp = dataplane::DataPlaneServer::Start(state.store->ArenaRegion(), access, dp_options);
     if (!dp.ok()) return Unavailable("data plane: " + dp.status().message());
-    impl->data_plane = std::move(dp).value();
+    data_plane = std::move(dp).value();
   }
-  st.data_plane = impl->data_plane.get();
+  state.data_plane = data_plane.get();
+  return Status::Ok();
+}
 
-  // Control plane: gRPC behind the front door, which terminates TLS too.
-  std::optional<FrontDoorTls> tls;
-  if (!config.tls_cert_file.empty()) {
-    Result<std::string> cert = ReadFileToString(config.tls_cert_file);
-    if (!cert.ok()) return cert.status();
-    Result<std::string> key = ReadFileToString(config.tls_key_file);
-    if (!key.ok()) return key.status();
-    tls = FrontDoorTls{std::move(cert).value(), std::move(key).value()};
-  }
-  impl->store_service = std::make_unique<CacheStoreService>(st);
-  impl->admin_service = std::make_unique<AdminService>(st);
+// Control plane: gRPC behind the front door, which terminates TLS too.
+Status Node::Impl::StartControlPlane() {
+  Result<std::optional<FrontDoorTls>> tls = LoadTls(config);
+  if (!tls.ok()) return tls.status();
+  store_service = std::make_unique<CacheStoreService>(state);
+  admin_service = std::make_unique<AdminService>(state);
   // The id is set before the server starts, so no call ever reads it half
   // written; with port 0 it needs the port picked, and nobody can call a
   // port that has not been reported yet.
@@ -379,59 +444,61 @@ Result<std::unique_ptr<Node>> Node::Start(NodeConfig config) {
   const bool fixed_port = !listen_port.empty() && listen_port != "0" &&
                           listen_port.find_first_not_of("0123456789") == std::string::npos;
   if (!config.node_id.empty()) {
-    st.node_id = config.node_id;
+    state.node_id = config.node_id;
   } else if (fixed_port) {
-    st.node_id = HostName() + ":" + listen_port;
+    state.node_id = HostName() + ":" + listen_port;
   }
-  Result<std::string> private_dir = MakePrivateDirectory();
-  if (!private_dir.ok()) return private_dir.status();
-  impl->private_dir = *private_dir;
-  const std::string socket_path = impl->private_dir + "/grpc.sock";
-  impl->server = BuildGrpcServer(st, *impl->store_service, *impl->admin_service, socket_path);
-  if (impl->server == nullptr) return Internal("the gRPC server did not start on " + socket_path);
+  Result<std::string> dir = MakePrivateDirectory();
+  if (!dir.ok()) return dir.status();
+  private_dir = *dir;
+  const std::string socket_path = private_dir + "/grpc.sock";
+  server = BuildGrpcServer(state, *store_service, *admin_service, socket_path);
+  if (server == nullptr) return Internal("the gRPC server did not start on " + socket_path);
   Result<std::unique_ptr<GrpcFrontDoor>> door =
-      GrpcFrontDoor::Start(config.listen, socket_path, std::move(tls));
+      GrpcFrontDoor::Start(config.listen, socket_path, std::move(tls).value());
   if (!door.ok()) {
     return Status(door.status().code(), "cannot serve gRPC: " + door.status().message());
   }
-  impl->front_door = std::move(door).value();
-  impl->grpc_port = impl->front_door->port();
-  if (st.node_id.empty()) st.node_id = HostName() + ":" + std::to_string(impl->grpc_port);
+  front_door = std::move(door).value();
+  grpc_port = front_door->port();
+  if (state.node_id.empty()) state.node_id = HostName() + ":" + std::to_string(grpc_port);
+  return Status::Ok();
+}
 
-  if (!config.http_listen.empty()) {
-    NodeState* s = &st;
-    Result<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
-        config.http_listen,
-        [s, door = impl->front_door.get()] {
-          std::string text = s->metrics->RenderPrometheus();
-          if (s->data_plane != nullptr) text += DataPlaneMetricsText(s->data_plane->stats());
-          return text + FrontDoorMetricsText(door->stats());
-        },
-        [s] { return !s->draining.load(); });
-    if (!http.ok()) {
-      impl->front_door->Stop();
-      impl->server->Shutdown();
-      return http.status();
-    }
-    impl->http = std::move(http).value();
+// /metrics and /healthz (http_listen set).
+Status Node::Impl::StartHttp() {
+  if (config.http_listen.empty()) return Status::Ok();
+  NodeState* s = &state;
+  Result<std::unique_ptr<HttpEndpoint>> endpoint = HttpEndpoint::Start(
+      config.http_listen,
+      [s, door = front_door.get()] {
+        std::string text = s->metrics->RenderPrometheus();
+        if (s->data_plane != nullptr) text += DataPlaneMetricsText(s->data_plane->stats());
+        return text + FrontDoorMetricsText(door->stats());
+      },
+      [s] { return !s->draining.load(); });
+  if (!endpoint.ok()) {
+    front_door->Stop();
+    server->Shutdown();
+    return endpoint.status();
   }
-  if (!config.cluster.etcd_endpoints.empty()) {
-    Result<std::unique_ptr<cluster::NodeRegistration>> reg =
-        StartRegistration(config, st, impl->grpc_port);
-    if (!reg.ok()) {
-      if (impl->http != nullptr) impl->http->Stop();
-      impl->front_door->Stop();
-      impl->server->Shutdown();
-      return reg.status();
-    }
-    impl->registration = std::move(reg).value();
+  http = std::move(endpoint).value();
+  return Status::Ok();
+}
+
+// The node's record in etcd (cluster.etcd_endpoints set).
+Status Node::Impl::Register() {
+  if (config.cluster.etcd_endpoints.empty()) return Status::Ok();
+  Result<std::unique_ptr<cluster::NodeRegistration>> reg =
+      StartRegistration(config, state, grpc_port);
+  if (!reg.ok()) {
+    if (http != nullptr) http->Stop();
+    front_door->Stop();
+    server->Shutdown();
+    return reg.status();
   }
-  spdlog::info(
-      "event=node_started node_id={} grpc_port={} http_port={} dram_bytes={} tokens={} "
-      "data_plane_mode={} rdma_devices={} tls={}",
-      st.node_id, impl->grpc_port, impl->http ? impl->http->port() : 0, config.dram_bytes,
-      st.tokens.size(), st.data_plane_mode, st.rdma_devices.size(), !config.tls_cert_file.empty());
-  return std::unique_ptr<Node>(new Node(std::move(impl)));
+  registration = std::move(reg).value();
+  return Status::Ok();
 }
 
 Node::~Node() { Shutdown(); }  // then ~Impl, in the order it needs

@@ -159,36 +159,88 @@ void RemoteStore::FinishSwa(const MatchResult& leased, bool want_swa, bool swa_o
   if (out.swa_ready) out.bytes += leased.swa->entry.payload_bytes;
 }
 
-void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
-                            const MatchResult& leased, size_t n, bool want_swa, Nanos deadline,
-                            FetchOutcome& out) {
-  // Blocks the lease really covers, in order and with the same identity.
-  const size_t covered = LeasedPrefix(match, leased, n);
-  FetchPrefix prefix(n, want_swa ? std::optional(match.swa->boundary_blocks) : std::nullopt);
-  prefix.CutMissing(covered);
-  const bool swa_ok = want_swa && SwaLeased(match, leased);
-
-  std::vector<PayloadCheck> checks(covered + (swa_ok ? 1 : 0));
+// One FetchInto: the pieces planned before any byte arrives, what has
+// landed and verified of them as they land, and the prefix they make.
+struct RemoteStore::FetchIntoState {
   using ReadOp = dataplane::DataPlaneClient::ReadOp;
   using Range = dataplane::DataPlaneClient::Range;
-  std::vector<ReadOp> ops;
   // An op reads piece `group` of payloads members[first, first + count).
   struct Piece {
     size_t first;
     size_t count;
     int group;  // -1: the whole payload (header and all groups)
   };
+
+  FetchIntoState(const FetchRequest& request, const MatchResult& match,
+                 const MatchResult& leased_match, size_t n, bool swa_wanted);
+  FetchIntoState(const FetchIntoState&) = delete;
+  FetchIntoState& operator=(const FetchIntoState&) = delete;
+
+  // Planning the pieces.
+  void PlanGroups();
+  void PlanPieces();
+  void PlanOps();
+  // Verification as pieces land.
+  void OnDone(size_t i, const Status& st);
+  void VerifyBlock(size_t b);
+  void Announce();
+  // Finishing, once the transfer is over.
+  void Finish(const Status& transfer, FetchOutcome& out);
+
+  const FetchRequest& req;
+  const MatchResult& leased;
+  const bool want_swa;
+  const size_t covered;  // blocks the lease really covers
+  FetchPrefix prefix;
+  const bool swa_ok;
+  std::vector<PayloadCheck> checks;  // the covered blocks, then the SWA state
+  // Per covered block, its pieces: (offset, length) in the payload.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> plan;
+  size_t max_groups = 0;
+  std::vector<Range> ranges;
   std::vector<Piece> pieces;
   std::vector<size_t> members;  // payload indexes, grouped by piece
+  std::vector<ReadOp> ops;
+  std::vector<std::vector<bool>> landed;
+  std::vector<std::vector<bool>> verified;
+  size_t groups_done = 0;  // layer groups announced for the whole prefix
+  bool swa_verified = false;
+};
+
+void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
+                            const MatchResult& leased, size_t n, bool want_swa, Nanos deadline,
+                            FetchOutcome& out) {
+  FetchIntoState state(req, match, leased, n, want_swa);
+  state.PlanGroups();
+  state.PlanPieces();
+  state.PlanOps();
+  const Status transfer = ReadPieces(state, deadline);
+  state.Finish(transfer, out);
+}
+
+RemoteStore::FetchIntoState::FetchIntoState(const FetchRequest& request, const MatchResult& match,
+                                            const MatchResult& leased_match, size_t n,
+                                            bool swa_wanted)
+    : req(request),
+      leased(leased_match),
+      want_swa(swa_wanted),
+      // Blocks the lease really covers, in order and with the same identity.
+      covered(LeasedPrefix(match, leased, n)),
+      prefix(n, want_swa ? std::optional(match.swa->boundary_blocks) : std::nullopt),
+      swa_ok(want_swa && SwaLeased(match, leased)),
+      checks(covered + (swa_ok ? 1 : 0)) {
+  prefix.CutMissing(covered);
   for (size_t b = 0; b < covered; ++b) {
     const BlockMatch& bm = leased.blocks[b];
     checks[b] = {req.block_buffers[b].first(bm.payload_bytes), bm.checksum, {}, {}};
   }
-  // The header and group table of a built-in layout sit at fixed places,
-  // so pieces can be planned before any byte arrives: layer group g of
-  // every block is requested before group g + 1 of any.
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> plan(covered);
-  size_t max_groups = 0;
+}
+
+// The header and group table of a built-in layout sit at fixed places, so
+// pieces can be planned before any byte arrives: layer group g of every
+// block is requested before group g + 1 of any.
+void RemoteStore::FetchIntoState::PlanGroups() {
+  plan.resize(covered);
   for (size_t b = 0; b < covered; ++b) {
     const BlockMatch& bm = leased.blocks[b];
     static const Layout kGlobalKv = MakeGlobalKvLayout(kV41GlobalKvLayoutId);
@@ -206,10 +258,19 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
     }
     max_groups = std::max(max_groups, plan[b].size());
   }
-  // The same piece of several blocks travels as one op (one request and
-  // one reply over TCP, where a message per ~76 KB piece costs a third of
-  // the bandwidth).
-  std::vector<Range> ranges;
+  // Nothing landed or verified yet: one flag per planned piece.
+  landed.resize(covered);
+  verified.resize(covered);
+  for (size_t b = 0; b < covered; ++b) {
+    landed[b].assign(plan[b].size(), false);
+    verified[b].assign(plan[b].size(), false);
+  }
+}
+
+// The same piece of several blocks travels as one op (one request and one
+// reply over TCP, where a message per ~76 KB piece costs a third of the
+// bandwidth).
+void RemoteStore::FetchIntoState::PlanPieces() {
   for (size_t g = 0; g < max_groups; ++g) {
     Piece piece{members.size(), 0, 0};
     for (size_t b = 0; b <= covered; ++b) {
@@ -228,7 +289,10 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
       ++piece.count;
     }
   }
-  // The SWA state goes first (see VerifySwa).
+}
+
+// One op per piece; the SWA state goes first (see VerifySwa).
+void RemoteStore::FetchIntoState::PlanOps() {
   if (swa_ok) {
     const BlockMatch& e = leased.swa->entry;
     checks[covered] = {req.swa_buffer.first(e.payload_bytes), e.checksum, {}, {}};
@@ -242,88 +306,91 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
     ops.push_back({leased.lease, head.offset, head.dest,
                    std::span<const Range>(ranges).subspan(piece.first + 1, piece.count - 1)});
   }
+}
 
-  // Verification as pieces land. A group that lands before its block's
-  // header waits for it.
-  std::vector<std::vector<bool>> landed(covered);
-  std::vector<std::vector<bool>> verified(covered);
-  for (size_t b = 0; b < covered; ++b) {
-    landed[b].assign(plan[b].size(), false);
-    verified[b].assign(plan[b].size(), false);
-  }
-  size_t groups_done = 0;  // layer groups announced for the whole prefix
-  auto announce = [&] {
-    while (req.on_event && prefix.usable() > 0 && groups_done < max_groups) {
-      for (size_t b = 0; b < prefix.usable(); ++b) {
-        if (groups_done < verified[b].size() && !verified[b][groups_done]) return;
-      }
-      req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(prefix.usable()),
-                    static_cast<uint32_t>(groups_done)});
-      ++groups_done;
-    }
-  };
-  auto fail = [&](size_t b, const Status& st) { prefix.CutBlock(b, st); };
-  // Verifies whatever of block b has landed. The header rides in piece 0;
-  // pieces that land before it wait.
-  auto verify_block = [&](size_t b) {
-    PayloadCheck& p = checks[b];
-    if (b >= prefix.usable() || !landed[b][0]) return;
-    if (!p.header.has_value()) {
-      if (Status st = VerifyHeader(p); !st.ok()) return fail(b, st);
-      if (plan[b].size() > 1 && p.header->groups.size() != plan[b].size()) {
-        return fail(b, ChecksumMismatch("unexpected group table"));
-      }
-    }
-    for (size_t g = 0; g < plan[b].size(); ++g) {
-      if (!landed[b][g] || verified[b][g]) continue;
-      // A whole-payload piece covers every group of the header's table.
-      const size_t first = plan[b].size() == 1 ? 0 : g;
-      const size_t last = plan[b].size() == 1 ? p.header->groups.size() : g + 1;
-      for (size_t gg = first; gg < last; ++gg) {
-        if (Status st = VerifyGroup(p, gg); !st.ok()) return fail(b, st);
-        if (req.on_event) {
-          req.on_event(
-              {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(gg)});
-        }
-      }
-      verified[b][g] = true;
-    }
-  };
-  bool swa_verified = false;
-  auto on_done = [&](size_t i, const Status& st) {
-    const Piece& piece = pieces[i];
-    const std::span<const size_t> payloads(members.data() + piece.first, piece.count);
-    if (payloads[0] == covered && swa_ok) {
-      if (!st.ok()) {
-        prefix.Report(st);
-      } else if (prefix.SwaCovered()) {
-        swa_verified = VerifySwa(req, checks[covered], prefix);
-      }
-      return;
-    }
-    if (!st.ok()) {
-      prefix.Cut(payloads[0], st);
-      return;
-    }
-    for (size_t b : payloads) {
-      landed[b][piece.group < 0 ? 0 : static_cast<size_t>(piece.group)] = true;
-      verify_block(b);
-    }
-    announce();
-  };
+Status RemoteStore::ReadPieces(FetchIntoState& state, Nanos deadline) {
   Status transfer;
   if (DataPlaneTurn turn(*this, deadline); !turn.held()) {
     transfer = DataPlaneBusy();
   } else {
     Result<dataplane::DataPlaneClient*> dp = DataPlaneLocked();
-    if (dp.ok() && (*dp)->mode() == dataplane::Mode::kRma && LeaseEnded(leased.lease)) {
+    if (dp.ok() && (*dp)->mode() == dataplane::Mode::kRma && LeaseEnded(state.leased.lease)) {
       dp = Status(StatusCode::kLeaseExpired,
-                  "lease " + std::to_string(leased.lease) + " has expired");
-      prefix.Truncate(0);  // reported below, as the transfer's failure
+                  "lease " + std::to_string(state.leased.lease) + " has expired");
+      state.prefix.Truncate(0);  // reported by Finish, as the transfer's failure
     }
-    transfer = dp.ok() ? (*dp)->Read(ops, on_done, deadline) : dp.status();
+    auto on_done = [&state](size_t i, const Status& st) { state.OnDone(i, st); };
+    transfer = dp.ok() ? (*dp)->Read(state.ops, on_done, deadline) : dp.status();
     if (!transfer.ok()) MaybeDropLocked(transfer);
   }
+  return transfer;
+}
+
+// Piece i landed (or failed): verifies what it completes.
+void RemoteStore::FetchIntoState::OnDone(size_t i, const Status& st) {
+  const Piece& piece = pieces[i];
+  const std::span<const size_t> payloads(members.data() + piece.first, piece.count);
+  if (payloads[0] == covered && swa_ok) {
+    if (!st.ok()) {
+      prefix.Report(st);
+    } else if (prefix.SwaCovered()) {
+      swa_verified = VerifySwa(req, checks[covered], prefix);
+    }
+    return;
+  }
+  if (!st.ok()) {
+    prefix.Cut(payloads[0], st);
+    return;
+  }
+  for (size_t b : payloads) {
+    landed[b][piece.group < 0 ? 0 : static_cast<size_t>(piece.group)] = true;
+    VerifyBlock(b);
+  }
+  Announce();
+}
+
+// Verifies whatever of block b has landed. The header rides in piece 0; a
+// group that lands before its block's header waits for it.
+void RemoteStore::FetchIntoState::VerifyBlock(size_t b) {
+  PayloadCheck& p = checks[b];
+  if (b >= prefix.usable() || !landed[b][0]) return;
+  if (!p.header.has_value()) {
+    if (Status st = VerifyHeader(p); !st.ok()) return prefix.CutBlock(b, st);
+    if (plan[b].size() > 1 && p.header->groups.size() != plan[b].size()) {
+      return prefix.CutBlock(b, ChecksumMismatch("unexpected group table"));
+    }
+  }
+  for (size_t g = 0; g < plan[b].size(); ++g) {
+    if (!landed[b][g] || verified[b][g]) continue;
+    // A whole-payload piece covers every group of the header's table.
+    const size_t first = plan[b].size() == 1 ? 0 : g;
+    const size_t last = plan[b].size() == 1 ? p.header->groups.size() : g + 1;
+    for (size_t gg = first; gg < last; ++gg) {
+      if (Status st = VerifyGroup(p, gg); !st.ok()) return prefix.CutBlock(b, st);
+      if (req.on_event) {
+        req.on_event(
+            {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(gg)});
+      }
+    }
+    verified[b][g] = true;
+  }
+}
+
+// Announces each layer group once every block of the prefix has it.
+void RemoteStore::FetchIntoState::Announce() {
+  while (req.on_event && prefix.usable() > 0 && groups_done < max_groups) {
+    for (size_t b = 0; b < prefix.usable(); ++b) {
+      if (groups_done < verified[b].size() && !verified[b][groups_done]) return;
+    }
+    req.on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(prefix.usable()),
+                  static_cast<uint32_t>(groups_done)});
+    ++groups_done;
+  }
+}
+
+// The prefix ends at the first block not verified whole; what stands is
+// reported ready and counted.
+void RemoteStore::FetchIntoState::Finish(const Status& transfer, FetchOutcome& out) {
   if (!transfer.ok()) prefix.Report(transfer);
   if (!transfer.ok() && prefix.usable() == covered) {
     // No piece reported the failure (e.g. no endpoint at all).
@@ -340,7 +407,7 @@ void RemoteStore::FetchInto(const FetchRequest& req, const MatchResult& match,
       break;
     }
   }
-  announce();
+  Announce();
   for (size_t b = 0; b < prefix.usable(); ++b) {
     out.bytes += checks[b].bytes.size();
     if (req.on_event) req.on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});

@@ -261,6 +261,13 @@ class RemoteStore final : public NodeClient {
   void FetchInto(const FetchRequest& req, const MatchResult& match, const MatchResult& leased,
                  size_t n, bool want_swa, Nanos deadline, FetchOutcome& out);
 
+  // FetchInto's pieces and their verification (remote_fetch.cc).
+  struct FetchIntoState;
+
+  // FetchInto's transfer, in the data plane's turn; each piece is verified
+  // as it lands. An RMA read never starts under a lease known to have ended.
+  Status ReadPieces(FetchIntoState& state, Nanos deadline);
+
   std::unique_ptr<v1::CacheStore::Stub> stub_;
   const ClientOptions options_;
   const dataplane::Mode mode_;
