@@ -319,6 +319,22 @@ TYPED_TEST(StoreContractTest, AFetchUnderAnEndedLeaseGetsNoBytes) {
   EXPECT_FALSE(store.RenewLease(m->lease, Seconds(5)).ok());
 }
 
+TYPED_TEST(StoreContractTest, AMatchWithoutALeaseIsStillFetched) {
+  Store& store = *this->store_;
+  const Prompt p = this->NewPrompt(3);
+  CommitAll(store, p);
+  auto m = MatchPrompt(store, p, /*lease=*/false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->lease, 0u);
+  ASSERT_EQ(m->blocks.size(), 3u);
+  const Fetched f = FetchAll(store, *m);
+  ASSERT_TRUE(f.outcome.status.ok()) << f.outcome.status.ToString();
+  EXPECT_EQ(f.outcome.blocks_ready, 3u);
+  for (size_t b = 0; b < 3; ++b) EXPECT_EQ(f.blocks[b], p.blocks[b].bytes) << "block " << b;
+  EXPECT_TRUE(f.outcome.swa_ready);
+  EXPECT_EQ(f.swa, p.swa.bytes);
+}
+
 TYPED_TEST(StoreContractTest, ALiveLeaseRenews) {
   Store& store = *this->store_;
   const Prompt p = this->NewPrompt(1);

@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -40,6 +41,20 @@ void FetchPrefix::Finish(bool swa_verified, FetchOutcome& out) const {
   out.blocks_ready = static_cast<uint32_t>(usable_);
   out.swa_ready = swa_verified && SwaCovered();
   out.status = status_;
+}
+
+Result<MatchResult> MatchAgainWithLease(Store& store, const MatchResult& match, size_t blocks,
+                                        bool want_swa) {
+  std::vector<ChainKey> keys;
+  for (size_t b = 0; b < blocks; ++b) keys.push_back(match.blocks[b].key);
+  MatchKeysRequest again;
+  again.model_id = match.model_id;
+  again.root = match.prefix_key;
+  again.keys = keys;
+  again.block_tokens = match.block_tokens == 0 ? 1 : match.block_tokens;
+  again.want_swa = want_swa;
+  again.take_lease = true;
+  return store.MatchKeys(again);
 }
 
 }  // namespace strata

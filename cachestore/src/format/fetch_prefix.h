@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "strata/status.h"
+#include "strata/store.h"
 #include "strata/store_types.h"
 
 namespace strata {
@@ -62,5 +63,11 @@ class FetchPrefix {
   std::optional<uint32_t> swa_boundary_;
   Status status_;
 };
+
+// A fetch of a match that took no lease (locations and replicas are only
+// good under one): the first `blocks` of it, and its SWA state when
+// `want_swa`, matched again by key with a lease, through `store` itself.
+Result<MatchResult> MatchAgainWithLease(Store& store, const MatchResult& match, size_t blocks,
+                                        bool want_swa);
 
 }  // namespace strata

@@ -18,16 +18,7 @@ FetchOutcome RemoteStore::FetchNow(const FetchRequest& req) {
   const MatchResult* leased = &match;
   std::optional<MatchResult> own;
   if (match.lease == 0) {
-    std::vector<ChainKey> keys;
-    for (size_t b = 0; b < n; ++b) keys.push_back(match.blocks[b].key);
-    MatchKeysRequest again;
-    again.model_id = match.model_id;
-    again.root = match.prefix_key;
-    again.keys = keys;
-    again.block_tokens = match.block_tokens == 0 ? 1 : match.block_tokens;
-    again.want_swa = want_swa;
-    again.take_lease = true;
-    Result<MatchResult> r = MatchKeys(again);
+    Result<MatchResult> r = MatchAgainWithLease(*this, match, n, want_swa);
     if (!r.ok()) {
       out.status = r.status();
       return out;
