@@ -370,105 +370,117 @@ struct EvictOptions {
   uint32_t max_listed = 100;
 };
 
-int RunEvict(Context& ctx, const EvictOptions& o) {
-  v1::EvictRequest req;
-  req.set_dry_run(o.dry_run);
-  req.set_max_listed(o.max_listed);
+// The prompt prefix's keys, derived as the client derives them, as the target.
+Status SetPromptTarget(Context& ctx, const EvictOptions& o, v1::EvictRequest* req) {
+  PromptOptions prompt = o.prompt;
+  prompt.model = o.filter.model;
+  Result<PromptKeys> keys = DerivePromptKeys(ctx, prompt, o.filter.ns);
+  if (!keys.ok()) return keys.status();
+  for (const ChainKey& k : keys->keys) {
+    req->mutable_prefix()->add_keys(
+        std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
+  }
+  req->set_namespace_(o.filter.ns);
+  return Status::Ok();
+}
+
+// What evict asks every node: exactly one target, a key, a prompt prefix or
+// a filter.
+Status BuildEvictRequest(Context& ctx, const EvictOptions& o, v1::EvictRequest* req) {
+  req->set_dry_run(o.dry_run);
+  req->set_max_listed(o.max_listed);
   const bool by_prompt = !o.prompt.tokens_file.empty();
   const bool by_filter = (!o.filter.model.empty() && !by_prompt) || !o.filter.older_than.empty() ||
                          !o.filter.kind.empty() || o.all;
   const int targets = (o.key.empty() ? 0 : 1) + (by_prompt ? 1 : 0) + (by_filter ? 1 : 0);
   if (by_prompt && o.filter.model.empty()) {
-    return ctx.Fail(InvalidArgument("--tokens-file needs --model: the keys commit to the model"));
+    return InvalidArgument("--tokens-file needs --model: the keys commit to the model");
   }
   if (targets != 1) {
-    return ctx.Fail(InvalidArgument(
+    return InvalidArgument(
         "evict needs exactly one target: a KEY, --tokens-file (with --model), or a filter "
-        "(--model, --older-than, --kind; --all for a whole namespace)"));
+        "(--model, --older-than, --kind; --all for a whole namespace)");
   }
   if (!o.key.empty()) {
     EntryArgs a{o.key, o.key_kind, o.filter.ns};
-    if (Status st = BuildRef(a, req.mutable_entry()); !st.ok()) return ctx.Fail(st);
-    req.set_namespace_(o.filter.ns);
-  } else if (by_prompt) {
-    PromptOptions prompt = o.prompt;
-    prompt.model = o.filter.model;
-    Result<PromptKeys> keys = DerivePromptKeys(ctx, prompt, o.filter.ns);
-    if (!keys.ok()) return ctx.Fail(keys.status());
-    for (const ChainKey& k : keys->keys) {
-      req.mutable_prefix()->add_keys(
-          std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
-    }
-    req.set_namespace_(o.filter.ns);
-  } else if (Status st = BuildFilter(o.filter, req.mutable_filter()); !st.ok()) {
-    return ctx.Fail(st);
+    if (Status st = BuildRef(a, req->mutable_entry()); !st.ok()) return st;
+    req->set_namespace_(o.filter.ns);
+    return Status::Ok();
   }
+  if (by_prompt) return SetPromptTarget(ctx, o, req);
+  return BuildFilter(o.filter, req->mutable_filter());
+}
 
+// What the nodes evicted, added up, and the nodes that could not.
+struct EvictTally {
   uint64_t evicted = 0, deferred = 0, pinned = 0, bytes = 0;
   struct Row {
     size_t node;
     v1::EntryInfo entry;
   };
   std::vector<Row> rows;
-  size_t missing = 0;
+  size_t missing = 0;  // nodes without the key or prefix
   Status not_found;
-  // A node that fails does not stop the others: what they evicted is listed.
   std::vector<NodeFailure> failed;
+};
+
+// Asks every node in turn. A node that fails does not stop the others: what
+// they evicted is listed.
+EvictTally EvictOnNodes(Context& ctx, const v1::EvictRequest& req) {
+  EvictTally t;
   for (size_t i = 0; i < ctx.clients.size(); ++i) {
     Result<v1::EvictResponse> r = ctx.clients[i]->Evict(req);
     if (!r.ok()) {
       // A key or prefix lives on some nodes only.
       if (r.status().code() == StatusCode::kNotFound && !req.has_filter()) {
-        ++missing;
-        not_found = r.status();
+        ++t.missing;
+        t.not_found = r.status();
       } else {
-        failed.push_back({i, r.status()});
+        t.failed.push_back({i, r.status()});
       }
       continue;
     }
-    evicted += r->evicted();
-    deferred += r->deferred();
-    pinned += r->skipped_pinned();
-    bytes += r->bytes();
-    for (const v1::EntryInfo& e : r->entries()) rows.push_back({i, e});
+    t.evicted += r->evicted();
+    t.deferred += r->deferred();
+    t.pinned += r->skipped_pinned();
+    t.bytes += r->bytes();
+    for (const v1::EntryInfo& e : r->entries()) t.rows.push_back({i, e});
   }
-  if (!failed.empty() && failed.size() + missing == ctx.clients.size()) {
-    return ctx.Fail(failed.front().status);  // no node evicted anything
+  return t;
+}
+
+// Leased entries are not forced: the node frees them when the lease ends.
+std::string EvictStatus(const v1::EntryInfo& e, bool dry_run) {
+  if (e.live_leases() > 0) return "deferred";
+  return dry_run ? "would evict" : "evicted";
+}
+
+int PrintEvictJson(Context& ctx, const EvictOptions& o, const EvictTally& t) {
+  Json entries = Json::MakeArray();
+  for (const EvictTally::Row& r : t.rows) {
+    Json e = EntryJson(r.entry);
+    e.Set("node", ctx.clients[r.node]->address());
+    e.Set("status", EvictStatus(r.entry, o.dry_run));
+    entries.Push(std::move(e));
   }
-  if (missing == ctx.clients.size()) {
-    return ctx.Fail(
-        ctx.many() ? NotFound("no such key on any of the " + std::to_string(missing) + " nodes")
-                   : not_found);
-  }
-  // Leased entries are not forced: the node frees them when the lease ends.
-  auto status_of = [&](const v1::EntryInfo& e) -> std::string {
-    if (e.live_leases() > 0) return "deferred";
-    return o.dry_run ? "would evict" : "evicted";
-  };
-  if (ctx.json) {
-    Json entries = Json::MakeArray();
-    for (const Row& r : rows) {
-      Json e = EntryJson(r.entry);
-      e.Set("node", ctx.clients[r.node]->address());
-      e.Set("status", status_of(r.entry));
-      entries.Push(std::move(e));
-    }
-    Json out = Json::MakeObject();
-    out.Set("dry_run", o.dry_run)
-        .Set("evicted", evicted)
-        .Set("deferred", deferred)
-        .Set("skipped_pinned", pinned)
-        .Set("bytes", bytes)
-        .Set("entries", std::move(entries));
-    const int code = ReportNodeFailures(ctx, failed, &out);
-    std::printf("%s\n", out.Dump().c_str());
-    return code;
-  }
+  Json out = Json::MakeObject();
+  out.Set("dry_run", o.dry_run)
+      .Set("evicted", t.evicted)
+      .Set("deferred", t.deferred)
+      .Set("skipped_pinned", t.pinned)
+      .Set("bytes", t.bytes)
+      .Set("entries", std::move(entries));
+  const int code = ReportNodeFailures(ctx, t.failed, &out);
+  std::printf("%s\n", out.Dump().c_str());
+  return code;
+}
+
+int PrintEvictTable(Context& ctx, const EvictOptions& o, const EvictTally& t) {
   std::vector<std::string> headers = {"STATUS", "KEY", "KIND", "NAMESPACE", "PAYLOAD", "LEASES"};
   if (ctx.many()) headers.insert(headers.begin(), "NODE");
   Table table(headers);
-  for (const Row& r : rows) {
-    std::vector<std::string> cells = {status_of(r.entry),
+  for (const EvictTally::Row& r : t.rows) {
+    std::vector<std::string> cells = {EvictStatus(r.entry, o.dry_run),
                                       Hex(r.entry.key()),
                                       KindName(r.entry.kind()),
                                       r.entry.namespace_(),
@@ -479,10 +491,26 @@ int RunEvict(Context& ctx, const EvictOptions& o) {
   }
   if (table.rows() > 0) table.Print(stdout);
   std::printf("%s%lu entries (%s)%s, %lu deferred (leased: freed when released), %lu pinned kept\n",
-              o.dry_run ? "dry run: would evict " : "evicted ", static_cast<unsigned long>(evicted),
-              FormatBytes(bytes).c_str(), o.dry_run ? "; nothing was removed" : "",
-              static_cast<unsigned long>(deferred), static_cast<unsigned long>(pinned));
-  return ReportNodeFailures(ctx, failed, nullptr);
+              o.dry_run ? "dry run: would evict " : "evicted ",
+              static_cast<unsigned long>(t.evicted), FormatBytes(t.bytes).c_str(),
+              o.dry_run ? "; nothing was removed" : "", static_cast<unsigned long>(t.deferred),
+              static_cast<unsigned long>(t.pinned));
+  return ReportNodeFailures(ctx, t.failed, nullptr);
+}
+
+int RunEvict(Context& ctx, const EvictOptions& o) {
+  v1::EvictRequest req;
+  if (Status st = BuildEvictRequest(ctx, o, &req); !st.ok()) return ctx.Fail(st);
+  const EvictTally t = EvictOnNodes(ctx, req);
+  if (!t.failed.empty() && t.failed.size() + t.missing == ctx.clients.size()) {
+    return ctx.Fail(t.failed.front().status);  // no node evicted anything
+  }
+  if (t.missing == ctx.clients.size()) {
+    return ctx.Fail(
+        ctx.many() ? NotFound("no such key on any of the " + std::to_string(t.missing) + " nodes")
+                   : t.not_found);
+  }
+  return ctx.json ? PrintEvictJson(ctx, o, t) : PrintEvictTable(ctx, o, t);
 }
 
 }  // namespace

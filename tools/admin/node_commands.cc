@@ -272,6 +272,92 @@ void SleepInterruptibly(double seconds) {
   }
 }
 
+// One refresh: a row per node, in the table and as JSON.
+struct TopView {
+  Table table = Table({"NODE", "STATE", "LOOKUPS/S", "HIT TOKENS/S", "HIT BYTES/S", "HIT RATIO",
+                       "SENT/S", "RECEIVED/S", "EVICTIONS/S", "LEASES R/W", "DRAM USED"});
+  Json nodes = Json::MakeArray();
+};
+
+// A node's rates between two samples that both answered.
+void AddRates(const std::string& address, const Sample& prev, const Sample& now, TopView& view) {
+  const v1::StatsResponse& a = prev.stats;
+  const v1::StatsResponse& b = now.stats;
+  const double dt = std::chrono::duration<double>(now.at - prev.at).count();
+  // A restarted node's counters start over: no negative rates.
+  auto rate = [&](uint64_t x, uint64_t y) {
+    return y >= x && dt > 0 ? static_cast<double>(y - x) / dt : 0.0;
+  };
+  const double lookups = rate(a.match_requests(), b.match_requests());
+  const double hit_tokens = rate(a.hit_tokens(), b.hit_tokens());
+  const double hit_bytes = rate(a.hit_bytes(), b.hit_bytes());
+  const double sent = rate(a.data_plane_bytes_sent(), b.data_plane_bytes_sent());
+  const double received = rate(a.data_plane_bytes_received(), b.data_plane_bytes_received());
+  const double evictions = rate(EvictionTotal(a), EvictionTotal(b));
+  const uint64_t d_prompt =
+      b.match_tokens() >= a.match_tokens() ? b.match_tokens() - a.match_tokens() : 0;
+  const uint64_t d_hit = b.hit_tokens() >= a.hit_tokens() ? b.hit_tokens() - a.hit_tokens() : 0;
+  Json ratio;
+  if (d_prompt > 0) ratio = static_cast<double>(d_hit) / static_cast<double>(d_prompt);
+  view.nodes.Push(Json::MakeObject()
+                      .Set("node_id", b.node_id())
+                      .Set("address", address)
+                      .Set("state", b.draining() ? "draining" : "serving")
+                      .Set("lookups_per_s", lookups)
+                      .Set("hit_tokens_per_s", hit_tokens)
+                      .Set("hit_bytes_per_s", hit_bytes)
+                      .Set("hit_ratio", ratio)
+                      .Set("bytes_sent_per_s", sent)
+                      .Set("bytes_received_per_s", received)
+                      .Set("evictions_per_s", evictions)
+                      .Set("read_leases", b.read_leases())
+                      .Set("write_leases", b.write_leases())
+                      .Set("dram_used_bytes", b.used_bytes()));
+  view.table.AddRow({b.node_id(), b.draining() ? "draining" : "serving", FormatRate(lookups),
+                     FormatRate(hit_tokens), FormatBytes(static_cast<uint64_t>(hit_bytes)) + "/s",
+                     FormatRatio(d_hit, d_prompt), FormatBytes(static_cast<uint64_t>(sent)) + "/s",
+                     FormatBytes(static_cast<uint64_t>(received)) + "/s", FormatRate(evictions),
+                     std::to_string(b.read_leases()) + "/" + std::to_string(b.write_leases()),
+                     FormatBytes(b.used_bytes())});
+}
+
+TopView ViewOf(Context& ctx, const std::vector<Sample>& prev, const std::vector<Sample>& now) {
+  TopView view;
+  for (size_t i = 0; i < now.size(); ++i) {
+    const std::string& address = ctx.clients[i]->address();
+    if (!now[i].ok || !prev[i].ok) {
+      view.table.AddRow({address, "unreachable"});
+      view.nodes.Push(Json::MakeObject()
+                          .Set("address", address)
+                          .Set("state", "unreachable")
+                          .Set("error", now[i].ok ? prev[i].error : now[i].error));
+      continue;
+    }
+    AddRates(address, prev[i], now[i], view);
+  }
+  return view;
+}
+
+void PrintView(Context& ctx, const TopOptions& opt, uint64_t it, double elapsed, bool tty,
+               TopView& view) {
+  if (ctx.json) {
+    std::printf("%s\n", Json::MakeObject()
+                            .Set("iteration", it + 1)
+                            .Set("elapsed_s", elapsed)
+                            .Set("interval_s", opt.interval_s)
+                            .Set("nodes", std::move(view.nodes))
+                            .Dump()
+                            .c_str());
+  } else {
+    if (tty) std::printf("\033[H\033[2J");  // a refreshing screen on a terminal
+    std::printf("strata-admin top: every %.3gs, %.1fs elapsed (Ctrl-C ends)\n", opt.interval_s,
+                elapsed);
+    view.table.Print(stdout);
+    if (!tty) std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
 int RunTop(Context& ctx, const TopOptions& opt) {
   std::signal(SIGINT, OnInterrupt);
   std::vector<Sample> prev = SampleAll(ctx);
@@ -287,76 +373,10 @@ int RunTop(Context& ctx, const TopOptions& opt) {
     SleepInterruptibly(opt.interval_s);
     if (g_interrupted.load()) break;
     std::vector<Sample> now = SampleAll(ctx);
-    Table table({"NODE", "STATE", "LOOKUPS/S", "HIT TOKENS/S", "HIT BYTES/S", "HIT RATIO", "SENT/S",
-                 "RECEIVED/S", "EVICTIONS/S", "LEASES R/W", "DRAM USED"});
-    Json nodes = Json::MakeArray();
-    for (size_t i = 0; i < now.size(); ++i) {
-      const std::string& address = ctx.clients[i]->address();
-      if (!now[i].ok || !prev[i].ok) {
-        table.AddRow({address, "unreachable"});
-        nodes.Push(Json::MakeObject()
-                       .Set("address", address)
-                       .Set("state", "unreachable")
-                       .Set("error", now[i].ok ? prev[i].error : now[i].error));
-        continue;
-      }
-      const v1::StatsResponse& a = prev[i].stats;
-      const v1::StatsResponse& b = now[i].stats;
-      const double dt = std::chrono::duration<double>(now[i].at - prev[i].at).count();
-      // A restarted node's counters start over: no negative rates.
-      auto rate = [&](uint64_t x, uint64_t y) {
-        return y >= x && dt > 0 ? static_cast<double>(y - x) / dt : 0.0;
-      };
-      const double lookups = rate(a.match_requests(), b.match_requests());
-      const double hit_tokens = rate(a.hit_tokens(), b.hit_tokens());
-      const double hit_bytes = rate(a.hit_bytes(), b.hit_bytes());
-      const double sent = rate(a.data_plane_bytes_sent(), b.data_plane_bytes_sent());
-      const double received = rate(a.data_plane_bytes_received(), b.data_plane_bytes_received());
-      const double evictions = rate(EvictionTotal(a), EvictionTotal(b));
-      const uint64_t d_prompt =
-          b.match_tokens() >= a.match_tokens() ? b.match_tokens() - a.match_tokens() : 0;
-      const uint64_t d_hit = b.hit_tokens() >= a.hit_tokens() ? b.hit_tokens() - a.hit_tokens() : 0;
-      Json ratio;
-      if (d_prompt > 0) ratio = static_cast<double>(d_hit) / static_cast<double>(d_prompt);
-      nodes.Push(Json::MakeObject()
-                     .Set("node_id", b.node_id())
-                     .Set("address", address)
-                     .Set("state", b.draining() ? "draining" : "serving")
-                     .Set("lookups_per_s", lookups)
-                     .Set("hit_tokens_per_s", hit_tokens)
-                     .Set("hit_bytes_per_s", hit_bytes)
-                     .Set("hit_ratio", ratio)
-                     .Set("bytes_sent_per_s", sent)
-                     .Set("bytes_received_per_s", received)
-                     .Set("evictions_per_s", evictions)
-                     .Set("read_leases", b.read_leases())
-                     .Set("write_leases", b.write_leases())
-                     .Set("dram_used_bytes", b.used_bytes()));
-      table.AddRow({b.node_id(), b.draining() ? "draining" : "serving", FormatRate(lookups),
-                    FormatRate(hit_tokens), FormatBytes(static_cast<uint64_t>(hit_bytes)) + "/s",
-                    FormatRatio(d_hit, d_prompt), FormatBytes(static_cast<uint64_t>(sent)) + "/s",
-                    FormatBytes(static_cast<uint64_t>(received)) + "/s", FormatRate(evictions),
-                    std::to_string(b.read_leases()) + "/" + std::to_string(b.write_leases()),
-                    FormatBytes(b.used_bytes())});
-    }
+    TopView view = ViewOf(ctx, prev, now);
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (ctx.json) {
-      std::printf("%s\n", Json::MakeObject()
-                              .Set("iteration", it + 1)
-                              .Set("elapsed_s", elapsed)
-                              .Set("interval_s", opt.interval_s)
-                              .Set("nodes", std::move(nodes))
-                              .Dump()
-                              .c_str());
-    } else {
-      if (tty) std::printf("\033[H\033[2J");  // a refreshing screen on a terminal
-      std::printf("strata-admin top: every %.3gs, %.1fs elapsed (Ctrl-C ends)\n", opt.interval_s,
-                  elapsed);
-      table.Print(stdout);
-      if (!tty) std::printf("\n");
-    }
-    std::fflush(stdout);
+    PrintView(ctx, opt, it, elapsed, tty, view);
     prev = std::move(now);
   }
   return 0;

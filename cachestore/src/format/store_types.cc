@@ -105,93 +105,139 @@ void FetchFuture::Complete(FetchOutcome outcome) {
   state_->cv.notify_all();
 }
 
+namespace {
+
+// One CopyVerifiedBodies call. Each worker copies a contiguous slice of the
+// blocks, layer group by layer group, and publishes how many groups it has
+// finished. Worker 0 (the caller) reports group g once every slice has
+// finished it, so the events come in the same order as from one thread.
+class BodyCopy {
+ public:
+  static constexpr size_t kNoFailure = SIZE_MAX;
+
+  BodyCopy(std::span<const VerifiedCopy> blocks,
+           const std::function<void(const FetchEvent&)>& on_event, uint64_t* bytes,
+           std::optional<CopyFailure>* failure,
+           const std::function<void(size_t group)>& after_group, size_t threads)
+      : blocks_(blocks),
+        on_event_(on_event),
+        bytes_(bytes),
+        failure_(failure),
+        after_group_(after_group),
+        progress_(threads),
+        failed_group_(blocks.size()),
+        limit_(blocks.size()),
+        usable_(blocks.size()) {
+    for (const VerifiedCopy& b : blocks_) {
+      max_groups_ = std::max(max_groups_, b.header->groups.size());
+      for (const GroupExtent& ge : b.header->groups) body_bytes_ += ge.length;
+    }
+    for (auto& f : failed_group_) f.store(kNoFailure, std::memory_order_relaxed);
+  }
+
+  uint64_t body_bytes() const { return body_bytes_; }
+  // How many leading blocks arrived whole (all of them, until a failure).
+  size_t usable() const { return usable_; }
+
+  // Worker w of `workers`: copies and hashes its slice, group by group;
+  // worker 0 also reports each group.
+  void Work(size_t w, size_t workers) {
+    const size_t lo = blocks_.size() * w / workers;
+    const size_t hi = blocks_.size() * (w + 1) / workers;
+    for (size_t g = 0; g < max_groups_; ++g) {
+      for (size_t b = lo; b < hi && b < limit_.load(std::memory_order_relaxed); ++b) {
+        const auto& groups = blocks_[b].header->groups;
+        if (g >= groups.size() || failed_group_[b].load(std::memory_order_relaxed) != kNoFailure) {
+          continue;
+        }
+        const GroupExtent& ge = groups[g];
+        if (CopyAndChecksum(blocks_[b].dst + ge.offset, blocks_[b].src + ge.offset, ge.length) !=
+            ge.checksum) {
+          failed_group_[b].store(g, std::memory_order_relaxed);
+        }
+      }
+      progress_[w].groups_done.store(g + 1, std::memory_order_release);
+      if (w == 0) {
+        ReportGroup(g, workers);
+        if (usable_ == 0) break;
+      }
+    }
+  }
+
+  // kBlockReady for each block that arrived whole.
+  void ReportBlocks() {
+    if (!on_event_) return;
+    for (size_t b = 0; b < usable_; ++b) {
+      on_event_({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
+    }
+  }
+
+ private:
+  // Once every worker has finished group g: kGroupReady for each usable
+  // block's group g, up to the first that failed it, then kLayerGroupDone.
+  void ReportGroup(size_t g, size_t workers) {
+    for (size_t w = 1; w < workers; ++w) {
+      SpinWait wait;
+      while (progress_[w].groups_done.load(std::memory_order_acquire) <= g) wait.Once();
+    }
+    for (size_t b = 0; b < usable_; ++b) {
+      const auto& groups = blocks_[b].header->groups;
+      if (g >= groups.size()) continue;
+      if (failed_group_[b].load(std::memory_order_relaxed) <= g) {
+        *failure_ = CopyFailure{b, g};
+        usable_ = b;
+        limit_.store(b, std::memory_order_relaxed);
+        break;
+      }
+      *bytes_ += groups[g].length;
+      if (on_event_) {
+        on_event_(
+            {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(g)});
+      }
+    }
+    if (after_group_) after_group_(g);
+    if (on_event_ && usable_ > 0) {
+      on_event_({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable_),
+                 static_cast<uint32_t>(g)});
+    }
+  }
+
+  struct alignas(64) Progress {
+    std::atomic<size_t> groups_done{0};
+  };
+
+  const std::span<const VerifiedCopy> blocks_;
+  const std::function<void(const FetchEvent&)>& on_event_;
+  uint64_t* const bytes_;
+  std::optional<CopyFailure>* const failure_;
+  const std::function<void(size_t group)>& after_group_;
+  size_t max_groups_ = 0;
+  uint64_t body_bytes_ = 0;
+  std::vector<Progress> progress_;  // one per worker
+  // Written by the block's worker, read by worker 0 while that worker may
+  // already be on the next group: atomic.
+  std::vector<std::atomic<size_t>> failed_group_;
+  std::atomic<size_t> limit_;  // blocks from here on are past a failure
+  size_t usable_;              // worker 0's only
+};
+
+}  // namespace
+
 size_t CopyVerifiedBodies(std::span<const VerifiedCopy> blocks,
                           const std::function<void(const FetchEvent&)>& on_event, uint64_t* bytes,
                           std::optional<CopyFailure>* failure,
                           const std::function<void(size_t group)>& after_group, CopyPool* pool) {
-  constexpr size_t kNoFailure = SIZE_MAX;
   constexpr uint64_t kParallelFromBytes = 1 << 20;  // below: not worth waking a helper
-  size_t max_groups = 0;
-  uint64_t body_bytes = 0;
-  for (const VerifiedCopy& b : blocks) {
-    max_groups = std::max(max_groups, b.header->groups.size());
-    for (const GroupExtent& ge : b.header->groups) body_bytes += ge.length;
-  }
-  // Each worker copies a contiguous slice of the blocks, layer group by
-  // layer group, and publishes how many groups it has finished. Worker 0
-  // (the caller) reports group g once every slice has finished it, so the
-  // events come in the same order as from one thread.
-  struct alignas(64) Progress {
-    std::atomic<size_t> groups_done{0};
-  };
-  std::vector<Progress> progress(pool != nullptr ? pool->threads() : 1);
-  // Written by the block's worker, read by worker 0 while that worker may
-  // already be on the next group: atomic.
-  std::vector<std::atomic<size_t>> failed_group(blocks.size());
-  for (auto& f : failed_group) f.store(kNoFailure, std::memory_order_relaxed);
-  std::atomic<size_t> limit{blocks.size()};  // blocks from here on are past a failure
-  size_t usable = blocks.size();
-
-  auto report_group = [&](size_t g, size_t workers) {
-    for (size_t w = 1; w < workers; ++w) {
-      SpinWait wait;
-      while (progress[w].groups_done.load(std::memory_order_acquire) <= g) wait.Once();
-    }
-    for (size_t b = 0; b < usable; ++b) {
-      const auto& groups = blocks[b].header->groups;
-      if (g >= groups.size()) continue;
-      if (failed_group[b].load(std::memory_order_relaxed) <= g) {
-        *failure = CopyFailure{b, g};
-        usable = b;
-        limit.store(b, std::memory_order_relaxed);
-        break;
-      }
-      *bytes += groups[g].length;
-      if (on_event) {
-        on_event(
-            {FetchEvent::Type::kGroupReady, static_cast<uint32_t>(b), static_cast<uint32_t>(g)});
-      }
-    }
-    if (after_group) after_group(g);
-    if (on_event && usable > 0) {
-      on_event({FetchEvent::Type::kLayerGroupDone, static_cast<uint32_t>(usable),
-                static_cast<uint32_t>(g)});
-    }
-  };
-  auto work = [&](size_t w, size_t workers) {
-    const size_t lo = blocks.size() * w / workers;
-    const size_t hi = blocks.size() * (w + 1) / workers;
-    for (size_t g = 0; g < max_groups; ++g) {
-      for (size_t b = lo; b < hi && b < limit.load(std::memory_order_relaxed); ++b) {
-        const auto& groups = blocks[b].header->groups;
-        if (g >= groups.size() || failed_group[b].load(std::memory_order_relaxed) != kNoFailure) {
-          continue;
-        }
-        const GroupExtent& ge = groups[g];
-        if (CopyAndChecksum(blocks[b].dst + ge.offset, blocks[b].src + ge.offset, ge.length) !=
-            ge.checksum) {
-          failed_group[b].store(g, std::memory_order_relaxed);
-        }
-      }
-      progress[w].groups_done.store(g + 1, std::memory_order_release);
-      if (w == 0) {
-        report_group(g, workers);
-        if (usable == 0) break;
-      }
-    }
-  };
-  const size_t max_workers = body_bytes >= kParallelFromBytes ? blocks.size() : 1;
+  BodyCopy copy(blocks, on_event, bytes, failure, after_group,
+                pool != nullptr ? pool->threads() : 1);
+  const size_t max_workers = copy.body_bytes() >= kParallelFromBytes ? blocks.size() : 1;
   if (pool != nullptr) {
-    pool->Run(max_workers, work);
+    pool->Run(max_workers, [&copy](size_t w, size_t workers) { copy.Work(w, workers); });
   } else {
-    work(0, 1);
+    copy.Work(0, 1);
   }
-  if (on_event) {
-    for (size_t b = 0; b < usable; ++b) {
-      on_event({FetchEvent::Type::kBlockReady, static_cast<uint32_t>(b), 0});
-    }
-  }
-  return usable;
+  copy.ReportBlocks();
+  return copy.usable();
 }
 
 }  // namespace strata

@@ -77,6 +77,10 @@ class UringRing {
   // completion queue if even waiting fails.
   void Drain(size_t left, const std::function<void(io_uring_cqe*)>& reap);
 
+  // Run's state: its ops' bounce slots, completions and reissues
+  // (uring_io.cc).
+  struct Batch;
+
   int broken_ = 0;  // -errno of the failure that broke the ring
   int fail_submit_rc_ = 0;
   uint32_t fail_submits_ = 0;
