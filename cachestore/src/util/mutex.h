@@ -43,7 +43,8 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   MutexLock(Mutex& mu, std::adopt_lock_t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu)
       : lock_(mu.mu_, std::adopt_lock) {}
   // Not locked yet: Lock() takes it.
-  MutexLock(Mutex& mu, std::defer_lock_t) ABSL_LOCKS_EXCLUDED(mu) : lock_(mu.mu_, std::defer_lock) {}
+  MutexLock(Mutex& mu, std::defer_lock_t) ABSL_LOCKS_EXCLUDED(mu)
+      : lock_(mu.mu_, std::defer_lock) {}
   ~MutexLock() ABSL_UNLOCK_FUNCTION() {}
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
