@@ -129,6 +129,14 @@ struct ThreeNodeCluster {
   }
 };
 
+// What Reserve is asked for, given what a commit would send.
+std::vector<CommitBlock> BlocksOf(const std::vector<CommitPayload>& payloads) {
+  std::vector<CommitBlock> blocks;
+  blocks.reserve(payloads.size());
+  for (const CommitPayload& c : payloads) blocks.push_back(c.block);
+  return blocks;
+}
+
 template <typename Kind>
 class StoreContractTest : public ::testing::Test {
  protected:
@@ -260,8 +268,7 @@ TYPED_TEST(StoreContractTest, ACommitIsIdempotent) {
 TYPED_TEST(StoreContractTest, AnAbortedReservationPublishesNothingAndAbortIsSafeToRepeat) {
   Store& store = *this->store_;
   const Prompt p = this->NewPrompt(2);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : Payloads(p, 0, 2, /*with_swa=*/false)) blocks.push_back(c.block);
+  const std::vector<CommitBlock> blocks = BlocksOf(Payloads(p, 0, 2, /*with_swa=*/false));
   auto r = store.Reserve(TestModel(), blocks);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_NE(r->write_lease, 0u);
@@ -279,8 +286,7 @@ TYPED_TEST(StoreContractTest, PublishRefusesABlockWhoseBytesMissTheirChecksum) {
   Store& store = *this->store_;
   const Prompt p = this->NewPrompt(2);
   const std::vector<CommitPayload> payloads = Payloads(p, 0, 2, /*with_swa=*/false);
-  std::vector<CommitBlock> blocks;
-  for (const CommitPayload& c : payloads) blocks.push_back(c.block);
+  const std::vector<CommitBlock> blocks = BlocksOf(payloads);
   auto r = store.Reserve(TestModel(), blocks);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->blocks.size(), 2u);
