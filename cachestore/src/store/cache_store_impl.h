@@ -486,7 +486,7 @@ struct CacheStore::Impl {
 
   void EndLease(LeaseRecord& rec, bool expired);
 
-  Status ValidateCommitBlock(const CommitBlock& b, const Layout** layout_out) const;
+  Status ValidateCommitBlock(const CommitBlock& b) const;
 
   void MaintenanceLoop();
 

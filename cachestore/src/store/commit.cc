@@ -50,10 +50,31 @@ Result<Reservation> CacheStore::Reserve(const Principal& caller, const ModelId& 
   return out;
 }
 
+Status CacheStore::Impl::ValidateCommitBlock(const CommitBlock& b) const {
+  const Layout* layout = FindLayout(b.layout_id);
+  if (layout == nullptr) {
+    return InvalidArgument("unknown layout id " + std::to_string(b.layout_id));
+  }
+  if (layout->kind != b.kind) {
+    return InvalidArgument("layout " + std::to_string(b.layout_id) + " is for " +
+                           std::string(StateKindName(layout->kind)) + ", block is " +
+                           std::string(StateKindName(b.kind)));
+  }
+  if (b.payload_bytes == 0 || b.payload_bytes > kMaxPayloadBytes ||
+      b.payload_bytes != layout->PayloadBytes()) {
+    return InvalidArgument("payload of " + std::to_string(b.payload_bytes) + " bytes; layout " +
+                           std::to_string(layout->id) + " needs " +
+                           std::to_string(layout->PayloadBytes()));
+  }
+  if (b.kind == StateKind::kSwaState && b.parent.has_value()) {
+    return InvalidArgument("SWA_STATE entries have no parent");
+  }
+  return Status::Ok();
+}
+
 Status CacheStore::Impl::CheckReserveBlocks(std::span<const CommitBlock> blocks) const {
-  std::vector<const Layout*> layouts(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
-    Status st = ValidateCommitBlock(blocks[i], &layouts[i]);
+    Status st = ValidateCommitBlock(blocks[i]);
     if (!st.ok()) return Status(st.code(), "block " + std::to_string(i) + ": " + st.message());
     // Would never fit, whatever is evicted: say so, not "no room".
     if (blocks[i].payload_bytes > arena->capacity_bytes()) {

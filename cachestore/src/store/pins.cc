@@ -1,5 +1,4 @@
-// Pins and leases on entries: unpinning, reclaiming, ending a lease; checking
-// a block before it is reserved.
+// Pins and leases on entries: unpinning, reclaiming, ending a lease.
 #include "store/cache_store_impl.h"
 #include "util/mutex.h"
 
@@ -45,30 +44,6 @@ void CacheStore::Impl::EndLease(LeaseRecord& rec, bool expired) {
   m.leases_live_read->Add(-1);
   if (expired) m.leases_expired_read->Increment();
   for (const EntryRef& ref : rec.entries) Unpin(ref, /*lease=*/true);
-}
-
-Status CacheStore::Impl::ValidateCommitBlock(const CommitBlock& b,
-                                             const Layout** layout_out) const {
-  const Layout* layout = FindLayout(b.layout_id);
-  if (layout == nullptr) {
-    return InvalidArgument("unknown layout id " + std::to_string(b.layout_id));
-  }
-  if (layout->kind != b.kind) {
-    return InvalidArgument("layout " + std::to_string(b.layout_id) + " is for " +
-                           std::string(StateKindName(layout->kind)) + ", block is " +
-                           std::string(StateKindName(b.kind)));
-  }
-  if (b.payload_bytes == 0 || b.payload_bytes > kMaxPayloadBytes ||
-      b.payload_bytes != layout->PayloadBytes()) {
-    return InvalidArgument("payload of " + std::to_string(b.payload_bytes) + " bytes; layout " +
-                           std::to_string(layout->id) + " needs " +
-                           std::to_string(layout->PayloadBytes()));
-  }
-  if (b.kind == StateKind::kSwaState && b.parent.has_value()) {
-    return InvalidArgument("SWA_STATE entries have no parent");
-  }
-  *layout_out = layout;
-  return Status::Ok();
 }
 
 }  // namespace strata
