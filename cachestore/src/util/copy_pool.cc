@@ -9,9 +9,9 @@ CopyPool::CopyPool(uint32_t threads)
                             : std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 2)) {}
 
 CopyPool::~CopyPool() {
-  std::lock_guard run(run_mu_);
+  MutexLock run(run_mu_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_cv_.notify_all();
@@ -20,14 +20,14 @@ CopyPool::~CopyPool() {
 
 void CopyPool::Run(size_t max_workers, const std::function<void(size_t w, size_t workers)>& fn) {
   const size_t workers = std::min<size_t>(max_workers, threads_);
-  std::unique_lock run(run_mu_, std::try_to_lock);
-  if (workers <= 1 || !run.owns_lock()) {
+  if (workers <= 1 || !run_mu_.try_lock()) {
     fn(0, 1);
     return;
   }
+  MutexLock run(run_mu_, std::adopt_lock);
   while (helpers_.size() + 1 < threads_) helpers_.emplace_back([this] { HelperLoop(); });
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     job_ = &fn;
     job_workers_ = workers;
     next_worker_ = 1;
@@ -36,25 +36,28 @@ void CopyPool::Run(size_t max_workers, const std::function<void(size_t w, size_t
   }
   wake_cv_.notify_all();
   fn(0, workers);
-  std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return helpers_running_ == 0; });
+  MutexLock lock(mu_);
+  done_cv_.wait(lock.native(),
+                [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return helpers_running_ == 0; });
   job_ = nullptr;
 }
 
 void CopyPool::HelperLoop() {
   uint64_t seen = 0;
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
-    wake_cv_.wait(lock, [&] { return stopping_ || job_generation_ != seen; });
+    wake_cv_.wait(lock.native(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || job_generation_ != seen;
+    });
     if (stopping_) return;
     seen = job_generation_;
     if (next_worker_ >= job_workers_) continue;  // the job has all its workers
     const size_t w = next_worker_++;
     const size_t workers = job_workers_;
     const auto* job = job_;
-    lock.unlock();
+    lock.Unlock();
     (*job)(w, workers);
-    lock.lock();
+    lock.Lock();
     if (--helpers_running_ == 0) done_cv_.notify_all();
   }
 }

@@ -11,9 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace strata {
 
@@ -40,18 +41,18 @@ class CopyPool {
   void HelperLoop();
 
   const uint32_t threads_;
-  std::mutex run_mu_;  // one job at a time
+  Mutex run_mu_;  // one job at a time
+  std::vector<std::thread> helpers_ ABSL_GUARDED_BY(run_mu_);
 
-  std::mutex mu_;
-  std::condition_variable wake_cv_;                           // helpers wait for a job
-  std::condition_variable done_cv_;                           // the caller waits for its helpers
-  const std::function<void(size_t, size_t)>* job_ = nullptr;  // mu_
-  uint64_t job_generation_ = 0;                               // mu_
-  size_t job_workers_ = 0;                                    // mu_
-  size_t next_worker_ = 0;                                    // mu_
-  size_t helpers_running_ = 0;                                // mu_
-  bool stopping_ = false;                                     // mu_
-  std::vector<std::thread> helpers_;                          // run_mu_
+  Mutex mu_;
+  std::condition_variable wake_cv_;  // helpers wait for a job
+  std::condition_variable done_cv_;  // the caller waits for its helpers
+  const std::function<void(size_t, size_t)>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t job_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t job_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t helpers_running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Waits for another thread without sleeping through a short wait: a few
