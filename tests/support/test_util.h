@@ -55,6 +55,14 @@ inline Payload MakePayload(const Layout& layout, uint64_t seed, uint32_t tokens 
   return p;
 }
 
+// n bytes from a seeded generator.
+inline std::vector<std::byte> RandomBytes(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
 inline std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
   std::vector<uint32_t> t(n);
   std::mt19937 rng(seed);
