@@ -24,7 +24,7 @@ set(deps_node cluster)
 set(layers util format eviction ssd store rpc dataplane remote cluster client node)
 
 # The layer of each public header (cachestore/include/strata/<name>.h).
-set(public_util status clock json_text task_pool metrics http_endpoint)
+set(public_util status clock json_text task_pool metrics http_server http_endpoint)
 set(public_format chain_key layout store_types store)
 set(public_ssd ssd_options)
 set(public_store arena_options cache_store)

@@ -48,7 +48,8 @@ strata_find_package(spdlog libspdlog-dev)          # structured logs
 strata_find_package(fmt libfmt-dev)
 strata_find_package(CLI11 libcli11-dev CONFIG)     # command lines
 strata_find_pkg(YAMLCPP yaml-cpp libyaml-cpp-dev)  # node config
-strata_find_pkg(HTTPLIB cpp-httplib libcpp-httplib-dev)  # HTTP clients in tests
+strata_find_pkg(HTTPLIB cpp-httplib libcpp-httplib-dev)  # HTTP clients in tests and the bench
+strata_find_package(nlohmann_json nlohmann-json3-dev)  # the worker API's request bodies
 strata_find_pkg(HIREDIS hiredis libhiredis-dev)    # Redis baseline in benchmarks
 strata_find_package(GTest libgtest-dev)
 strata_find_package(benchmark libbenchmark-dev)

@@ -14,7 +14,7 @@ PACKAGES=(
   libucx-dev ucx-utils libibverbs-dev liburing-dev librocksdb-dev
   # hashing, checksums, logging, CLI, config, HTTP
   libssl-dev openssl libxxhash-dev libspdlog-dev libfmt-dev libcli11-dev
-  libyaml-cpp-dev libcpp-httplib-dev
+  libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
   # tests and benchmarks (baselines: Redis, fio; cluster: etcd)
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server libhiredis-dev fio etcd-server etcd-client

@@ -1,6 +1,6 @@
-// strata-worker: attaches the mini V4.1 model to a store and runs a
-// workload file, printing per request TTFT, hit, replayed and recomputed
-// tokens, then the hit ratio and cold vs warm TTFT.
+// strata-worker: attaches the mini V4.1 model to a store, then runs a
+// workload file to completion (the batch runner) or, with `serve`, serves
+// the HTTP API until SIGTERM.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -14,12 +14,48 @@
 #include "strata/worker/engine.h"
 #include "strata/worker/model.h"
 #include "strata/worker/workload.h"
+#include "worker_commands.h"
 
 namespace {
 
 int Fail(const strata::Status& st) {
   std::fprintf(stderr, "strata-worker: %s\n", st.ToString().c_str());
   return 1;
+}
+
+// `strata-worker serve`: its own flags; the store, model and engine flags
+// of the main command are accepted after it too.
+CLI::App* AddServeCommand(CLI::App& app, strata::worker::ServeFlags& flags) {
+  CLI::App* serve = app.add_subcommand("serve", "Serve the HTTP API (OpenAI-style completions)");
+  serve->fallthrough();
+  serve->add_option("--listen", flags.api.listen, "host:port (port 0 picks a free one)")
+      ->required();
+  serve->add_option("--served-model-name", flags.api.model_name, "The model's name in the API")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-queue", flags.max_queued,
+                   "Requests accepted past --max-running; past it: 429")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 20));
+  serve->add_option("--max-prompt-tokens", flags.api.limits.max_prompt_tokens, "Longest prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{strata::kMaxPromptTokens}));
+  serve->add_option("--max-tokens-limit", flags.api.limits.max_tokens, "Largest max_tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
+  serve
+      ->add_option_function<double>(
+          "--request-timeout",
+          [&flags](double s) { flags.api.request_timeout = static_cast<strata::Nanos>(s * 1e9); },
+          "Seconds from a request's arrival to its last token; past it: aborted (default 600)")
+      ->check(CLI::Range(0.001, 86400.0));
+  serve
+      ->add_option_function<double>(
+          "--drain-grace",
+          [&flags](double s) { flags.drain_grace = static_cast<strata::Nanos>(s * 1e9); },
+          "Seconds SIGTERM waits for running requests before aborting them (default 30)")
+      ->check(CLI::Range(0.0, 86400.0));
+  return serve;
 }
 
 }  // namespace
@@ -40,7 +76,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_path,
                  "safetensors weights (strata-mkmodel); default: random weights, --seed");
   app.add_option("--seed", random_seed, "Seed of the random weights when no --model is given");
-  app.add_option("--workload", workload_path, "Workload file (strata-mkworkload)")->required();
+  app.add_option("--workload", workload_path, "Workload file (strata-mkworkload)");
   app.add_option("--keep-tokens", eo.keep_tokens, "Decoder bounded replay: tokens kept")
       ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--max-batch-tokens", eo.max_batch_tokens, "Prefill tokens per step")
@@ -59,9 +95,17 @@ int main(int argc, char** argv) {
                  "Serve /metrics (Prometheus text) and /healthz on host:port while running");
   app.add_option("--metrics-file", metrics_file,
                  "Write the metrics (Prometheus text) here at the end");
+  strata::worker::ServeFlags serve_flags;
+  CLI::App* serve = AddServeCommand(app, serve_flags);
   CLI11_PARSE(app, argc, argv);
 
   using namespace strata::worker;
+  // Before any thread starts (the store client's), so the signals reach
+  // only Serve's sigwait.
+  const sigset_t signals = BlockTerminationSignals();
+  if (!serve->parsed() && workload_path.empty()) {
+    return Fail(strata::InvalidArgument("--workload is required (or run `strata-worker serve`)"));
+  }
   strata::Result<ModelWeights> model = strata::InvalidArgument("unset");
   if (model_path.empty()) {
     model = ModelFromFile(RandomModelFile(DefaultModelConfig(), random_seed));
@@ -75,8 +119,6 @@ int main(int argc, char** argv) {
     }
   }
   if (!model.ok()) return Fail(model.status());
-  strata::Result<std::vector<WorkloadItem>> items = ReadWorkloadFile(workload_path);
-  if (!items.ok()) return Fail(items.status());
   strata::ClientOptions co;
   co.token = token;
   strata::Result<std::unique_ptr<strata::Store>> store = strata::OpenStore(store_uri, co);
@@ -103,6 +145,14 @@ int main(int argc, char** argv) {
   }
   strata::Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());
+  if (serve->parsed()) {
+    serve_flags.api.fingerprint = (*engine)->model_id().ToHex();
+    serve_flags.api.limits.vocab = model->config.vocab;
+    serve_flags.api.max_in_flight = eo.max_running + serve_flags.max_queued;
+    return Serve(std::move(engine).value(), metrics, serve_flags, signals);
+  }
+  strata::Result<std::vector<WorkloadItem>> items = ReadWorkloadFile(workload_path);
+  if (!items.ok()) return Fail(items.status());
   strata::Result<std::vector<WorkloadResult>> results = RunWorkload(**engine, *items);
   if (metrics_out.is_open()) {  // a failed run's metrics too
     metrics_out << metrics.RenderPrometheus();
@@ -112,76 +162,5 @@ int main(int argc, char** argv) {
   }
   if (!results.ok()) return Fail(results.status());
 
-  uint64_t prompt = 0, hit = 0, store_errors = 0, store_skipped = 0;
-  double cold_ttft = 0, warm_ttft = 0;
-  int cold_n = 0, warm_n = 0;
-  for (const WorkloadResult& r : *results) {
-    prompt += r.stats.prompt_tokens;
-    hit += r.stats.hit_tokens;
-    store_errors += r.stats.store_errors;
-    store_skipped += r.stats.store_skipped;
-    if (r.turn >= 2) {
-      warm_ttft += r.stats.ttft_s;
-      ++warm_n;
-    } else {
-      cold_ttft += r.stats.ttft_s;
-      ++cold_n;
-    }
-  }
-  const double hit_ratio = prompt ? static_cast<double>(hit) / static_cast<double>(prompt) : 0;
-  const double cold_ms = cold_n ? cold_ttft / cold_n * 1e3 : 0;
-  const double warm_ms = warm_n ? warm_ttft / warm_n * 1e3 : 0;
-  if (json) {
-    std::printf("{\"store\":%s,\"requests\":[", strata::JsonString(store_uri).c_str());
-    for (size_t i = 0; i < results->size(); ++i) {
-      const WorkloadResult& r = (*results)[i];
-      std::printf(
-          "%s{\"item\":%zu,\"conversation\":%s,\"turn\":%u,\"prompt_tokens\":%lu,"
-          "\"hit_tokens\":%lu,\"swa_hit\":%s,\"swa_rejected\":%s,\"replayed_tokens\":%lu,"
-          "\"exact_recompute\":%s,\"computed_tokens\":%lu,"
-          "\"recomputed_tokens\":%lu,\"output_tokens\":%zu,\"ttft_ms\":%.3f}",
-          i ? "," : "", r.item, strata::JsonString(r.conversation).c_str(), r.turn,
-          static_cast<unsigned long>(r.stats.prompt_tokens),
-          static_cast<unsigned long>(r.stats.hit_tokens), r.stats.swa_hit ? "true" : "false",
-          r.stats.swa_rejected ? "true" : "false",
-          static_cast<unsigned long>(r.stats.replayed_tokens),
-          r.stats.exact_recompute ? "true" : "false",
-          static_cast<unsigned long>(r.stats.computed_tokens),
-          static_cast<unsigned long>(r.stats.recomputed_tokens), r.output.size(),
-          r.stats.ttft_s * 1e3);
-    }
-    std::printf(
-        "],\"hit_ratio\":%.4f,\"ttft_cold_ms\":%.3f,\"ttft_warm_ms\":%.3f,\"store_errors\":%lu,"
-        "\"store_skipped\":%lu}\n",
-        hit_ratio, cold_ms, warm_ms, static_cast<unsigned long>(store_errors),
-        static_cast<unsigned long>(store_skipped));
-    return 0;
-  }
-  std::printf("%-5s %-6s %-4s %8s %8s %4s %8s %8s %10s %9s\n", "item", "conv", "turn", "prompt",
-              "hit", "swa", "replayed", "computed", "recomputed", "ttft_ms");
-  for (const WorkloadResult& r : *results) {
-    std::printf("%-5zu %-6s %-4u %8lu %8lu %4s %8lu %8lu %10lu %9.2f\n", r.item,
-                r.conversation.empty() ? "-" : r.conversation.c_str(), r.turn,
-                static_cast<unsigned long>(r.stats.prompt_tokens),
-                static_cast<unsigned long>(r.stats.hit_tokens),
-                r.stats.swa_hit           ? "yes"
-                : r.stats.exact_recompute ? "ex"
-                : r.stats.swa_rejected    ? "rej"
-                                          : "no",
-                static_cast<unsigned long>(r.stats.replayed_tokens),
-                static_cast<unsigned long>(r.stats.computed_tokens),
-                static_cast<unsigned long>(r.stats.recomputed_tokens), r.stats.ttft_s * 1e3);
-  }
-  std::printf("\nhit ratio: %.1f%% of %lu prompt tokens\n", hit_ratio * 100,
-              static_cast<unsigned long>(prompt));
-  std::printf("TTFT cold turns (first turn / prompts): %.2f ms mean over %d\n", cold_ms, cold_n);
-  std::printf("TTFT warm turns (turn >= 2):            %.2f ms mean over %d", warm_ms, warm_n);
-  if (warm_n && cold_ms > 0) std::printf("  (%.2fx of cold)", warm_ms / cold_ms);
-  std::printf("\n");
-  if (store_errors + store_skipped > 0) {
-    std::printf("store: %lu failed calls, %lu skipped while it was out of reach (computed)\n",
-                static_cast<unsigned long>(store_errors),
-                static_cast<unsigned long>(store_skipped));
-  }
-  return 0;
+  return PrintWorkloadReport(*results, store_uri, json);
 }
