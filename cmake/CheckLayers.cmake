@@ -110,8 +110,10 @@ foreach(layer IN LISTS layers)
     check("${SOURCE_DIR}/cachestore/include/strata/${name}.h" "${below_${layer}}" "")
   endforeach()
 endforeach()
-# The worker links the client layer only; the kernels nothing of the store.
-check_dir(worker "${below_client}" "")
+# The worker links the client layer; of the internals, only eviction's (its
+# HBM tier orders pages with the store's policies). The kernels nothing of
+# the store.
+check_dir(worker "${below_client}" "eviction")
 check_dir(kernels "" "")
 check_dir(tools/trace "${below_client}" "")
 # strata-admin speaks the node's gRPC protocol: it may use the rpc and

@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
                  "store its SWA state (0: never)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 20));
+  app.add_option_function<std::string>(
+         "--hbm-cache-policy",
+         [&eo](const std::string& p) { eo.hbm_cache_policy = p == "off" ? "" : p; },
+         "The HBM tier (a prefix cache in the block pool): its eviction policy, lru, aslru or "
+         "deadline; off: none (default lru)")
+      ->check(CLI::IsMember({"lru", "aslru", "deadline", "off"}));
   app.add_flag("--json", json, "One JSON object instead of tables");
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve /metrics (Prometheus text) and /healthz on host:port while running");

@@ -262,5 +262,31 @@ TEST(HttpServerTest, AClientThatNeverReadsItsStreamIsCutOffAndStopEndsPendingAns
   close(idle);
 }
 
+// A drain ends answers, then stops the server: what they sent last must
+// still reach their clients.
+TEST(HttpServerTest, StopRightAfterAnAnswerEndedStillDeliversIt) {
+  Parked parked;
+  auto server = StartParked(parked);
+  ASSERT_NE(server, nullptr);
+  const int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string get = "GET /s HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
+  auto r = parked.Wait(1);
+  ASSERT_NE(r, nullptr);
+  r->StartStream(200, "text/event-stream");
+  const std::string part(256 << 10, 'x');  // more than a socket buffer takes at once
+  EXPECT_TRUE(r->Send(part));
+  EXPECT_TRUE(r->Send("data: [DONE]\n\n"));
+  r->End();
+  server->Stop();
+  const std::string reply = ReadAll(fd);
+  close(fd);
+  const std::string tail = "data: [DONE]\n\n\r\n0\r\n\r\n";  // the last chunk, then the end
+  ASSERT_GT(reply.size(), part.size());
+  EXPECT_EQ(reply.substr(reply.size() - tail.size()), tail);
+  EXPECT_EQ(parked.gone.load(), 0);
+}
+
 }  // namespace
 }  // namespace strata

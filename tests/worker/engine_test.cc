@@ -23,6 +23,7 @@ namespace {
 
 using testing::Attach;
 using testing::ExpectIdentical;
+using testing::ForwardingStore;
 using testing::NewCacheStore;
 using testing::Options;
 using testing::RunOn;
@@ -144,7 +145,7 @@ TEST(EngineTest, CommitsWhileAFetchHoldsEveryPage) {
   EXPECT_EQ(stats[2].committed_blocks, 2u);
   EXPECT_GE(stats[2].committed_swa, 2u);  // decoder start (256) and last boundary (512)
   EXPECT_EQ(stats[2].store_errors, 0u);
-  EXPECT_EQ(engine.Counters().pool_pages_used, 0u);
+  EXPECT_EQ(engine.Counters().pool_pages_held, 0u);
   ExpectStoreQuiet(cache);
   // The states it committed resume it exactly.
   const RunResult rerun = RunOne(Options(store.get()), cold);
@@ -196,7 +197,7 @@ TEST(EngineTest, FetchesWaitForPoolPagesInsteadOfShrinking) {
     EXPECT_EQ(st.store_errors, 0u) << "request " << id;
   }
   const EngineCounters c = engine->Counters();
-  EXPECT_EQ(c.pool_pages_used, 0u);
+  EXPECT_EQ(c.pool_pages_held, 0u);
   EXPECT_EQ(c.held_leases, 0u);
   ExpectStoreQuiet(cache);
 }
@@ -291,7 +292,7 @@ TEST(EngineTest, APrefixReplayedTooOftenIsComputedExactlyOnceAndThenHitsAgain) {
     EXPECT_NE(metrics.RenderPrometheus().find("strata_worker_exact_recomputes_total 1\n"),
               std::string::npos);
     const EngineCounters c = engine->Counters();
-    EXPECT_EQ(c.pool_pages_used, 0u);
+    EXPECT_EQ(c.pool_pages_held, 0u);
     EXPECT_EQ(c.held_leases, 0u);
   }
 }
@@ -333,32 +334,6 @@ TEST(EngineTest, ReplayRunsInChunksWithinTheBatchBudget) {
   EXPECT_EQ(prefilled, 128u + Turn2().size() - 512u);
   ExpectIdentical(whole, chunked);
 }
-
-// Forwards every call to a real store; the fault injectors below override
-// the calls they break.
-class ForwardingStore : public Store {
- public:
-  explicit ForwardingStore(Store& inner) : inner_(inner) {}
-  Result<MatchResult> Match(const MatchRequest& r) override { return inner_.Match(r); }
-  Result<MatchResult> MatchKeys(const MatchKeysRequest& r) override { return inner_.MatchKeys(r); }
-  FetchFuture Fetch(const FetchRequest& r) override { return inner_.Fetch(r); }
-  Result<Reservation> Reserve(const ModelId& m, std::span<const CommitBlock> b,
-                              Nanos ttl) override {
-    return inner_.Reserve(m, b, ttl);
-  }
-  Result<PublishResult> Publish(LeaseId l, std::span<const uint64_t> c) override {
-    return inner_.Publish(l, c);
-  }
-  Result<PublishResult> Commit(const ModelId& m, std::span<const CommitPayload> p) override {
-    return inner_.Commit(m, p);
-  }
-  Status RenewLease(LeaseId l, Nanos ttl) override { return inner_.RenewLease(l, ttl); }
-  Status Abort(LeaseId l) override { return inner_.Abort(l); }
-  Result<std::string> CallerNamespace() override { return inner_.CallerNamespace(); }
-
- protected:
-  Store& inner_;
-};
 
 // Answers the first `matches` matches, then refuses every one.
 class MatchesThenRefusesStore final : public ForwardingStore {
@@ -525,7 +500,7 @@ TEST(EngineMetricsTest, CountWhatEachRequestGotFromTheStore) {
   EXPECT_NE(text.find("strata_worker_match_seconds_count 3\n"), std::string::npos);
   EXPECT_NE(text.find("strata_worker_ttft_seconds_count 3\n"), std::string::npos);
   EXPECT_NE(text.find("strata_worker_running_requests 0\n"), std::string::npos);
-  EXPECT_NE(text.find("strata_worker_pool_pages_used 0\n"), std::string::npos);
+  EXPECT_NE(text.find("strata_worker_pool_pages_held 0\n"), std::string::npos);
 }
 
 // A Store that forwards to a real in-process store and injects faults.
@@ -930,7 +905,7 @@ class AbortTest : public ::testing::Test {
   void ExpectEverythingReturned() {
     engine_->WaitForAbandonedFetches();
     const EngineCounters c = engine_->Counters();
-    EXPECT_EQ(c.pool_pages_used, 0u);
+    EXPECT_EQ(c.pool_pages_held, 0u);
     EXPECT_EQ(c.pool_refs, 0u);
     EXPECT_EQ(c.live_fetches, 0u);
     EXPECT_EQ(c.held_leases, 0u);
@@ -941,7 +916,7 @@ class AbortTest : public ::testing::Test {
     const std::string text = metrics_.RenderPrometheus();
     for (const char* idle :
          {"strata_worker_running_requests 0\n", "strata_worker_queued_requests 0\n",
-          "strata_worker_pool_pages_used 0\n"}) {
+          "strata_worker_pool_pages_held 0\n"}) {
       EXPECT_NE(text.find(idle), std::string::npos) << idle;
     }
   }
@@ -971,7 +946,7 @@ TEST_F(AbortTest, WhileFetching) {
   EngineCounters c = engine_->Counters();
   EXPECT_EQ(c.live_fetches, 1u);
   EXPECT_EQ(c.held_leases, 1u);
-  EXPECT_GT(c.pool_pages_used, 0u);
+  EXPECT_GT(c.pool_pages_held, 0u);
   ASSERT_TRUE(engine_->AbortRequest(2).ok());
   ASSERT_TRUE(engine_->AbortRequest(1).ok());
   ExpectEverythingReturned();

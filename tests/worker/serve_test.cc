@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "http_client.h"
 #include "node_process.h"
-#include "serve_client.h"
 #include "strata/worker/engine.h"
 #include "strata/worker/model.h"
 #include "strata/worker/safetensors.h"
@@ -19,13 +19,14 @@
 namespace strata::worker {
 namespace {
 
+using strata::testing::Get;
+using strata::testing::HttpResult;
+using strata::testing::Json;
+using strata::testing::MetricValue;
 using strata::testing::NodeProcess;
+using strata::testing::Post;
 using strata::testing::ScopedTempDir;
 using strata::testing::WorkerProcess;
-using testing::Get;
-using testing::Json;
-using testing::MetricValue;
-using testing::Post;
 
 // The default model shape (its decode is slow enough for a request to be
 // caught running), made once per test binary.
@@ -63,7 +64,7 @@ std::vector<uint32_t> BatchOutput(const std::vector<uint32_t>& prompt, uint32_t 
 std::vector<uint32_t> Ids(const Json& choice) { return choice.at("token_ids"); }
 
 // The token ids of a streamed answer, checking its shape on the way.
-std::vector<uint32_t> StreamedIds(const testing::HttpResult& r, std::string* text = nullptr) {
+std::vector<uint32_t> StreamedIds(const HttpResult& r, std::string* text = nullptr) {
   std::vector<uint32_t> ids;
   for (const Json& e : r.events) {
     if (!e.is_object() || !e.contains("choices") || e.at("choices").empty()) continue;
@@ -128,7 +129,7 @@ TEST_F(ServeTest, StreamedAndWholeAnswersEqualTheBatchRunnersOutput) {
                    {"temperature", temperature},
                    {"seed", 42},
                    {"model", "strata-mini"}};
-      const testing::HttpResult whole = Post(worker->port(), body);
+      const HttpResult whole = Post(worker->port(), body);
       ASSERT_EQ(whole.status, 200) << whole.body;
       const Json answer = Json::parse(whole.body);
       EXPECT_EQ(Ids(answer.at("choices")[0]), expected);
@@ -137,7 +138,7 @@ TEST_F(ServeTest, StreamedAndWholeAnswersEqualTheBatchRunnersOutput) {
       EXPECT_EQ(answer.at("choices")[0].at("finish_reason"), "length");
 
       body["stream"] = true;
-      const testing::HttpResult streamed = Post(worker->port(), body);
+      const HttpResult streamed = Post(worker->port(), body);
       ASSERT_EQ(streamed.status, 200) << streamed.head;
       std::string streamed_text;
       EXPECT_EQ(StreamedIds(streamed, &streamed_text), expected);
@@ -196,8 +197,8 @@ TEST_F(ServeTest, BadInputGetsA4xxWithAJsonErrorNamingTheField) {
       {"{\"prompt\": \"hi\", \"model\": \"gpt-4\"}", 404, "model"},
   };
   for (const Case& c : cases) {
-    const testing::HttpResult r =
-        testing::Exchange(worker->port(), "POST", "/v1/completions", c.body);
+    const HttpResult r =
+        strata::testing::Exchange(worker->port(), "POST", "/v1/completions", c.body);
     EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
     const Json error = Json::parse(r.body, nullptr, false);
     ASSERT_TRUE(error.is_object()) << r.body;
@@ -210,12 +211,12 @@ TEST_F(ServeTest, BadInputGetsA4xxWithAJsonErrorNamingTheField) {
   const std::string deep =
       "{\"prompt\": \"hi\", \"max_tokens\": 1, \"x\": " + std::string(100000, '[') +
       std::string(100000, ']') + "}";
-  EXPECT_EQ(testing::Exchange(worker->port(), "POST", "/v1/completions", deep).status, 200);
+  EXPECT_EQ(strata::testing::Exchange(worker->port(), "POST", "/v1/completions", deep).status, 200);
   const std::string huge = strata::testing::RawExchange(
       worker->port(), "POST /v1/completions HTTP/1.1\r\nContent-Length: 5000000\r\n\r\n{");
   EXPECT_EQ(huge.rfind("HTTP/1.1 413", 0), 0u) << huge;
-  EXPECT_EQ(testing::Exchange(worker->port(), "GET", "/v1/completions", "").status, 405);
-  EXPECT_EQ(testing::Exchange(worker->port(), "POST", "/v1/models", "{}").status, 405);
+  EXPECT_EQ(strata::testing::Exchange(worker->port(), "GET", "/v1/completions", "").status, 405);
+  EXPECT_EQ(strata::testing::Exchange(worker->port(), "POST", "/v1/models", "{}").status, 405);
   EXPECT_EQ(Get(worker->port(), "/nope").status, 404);
   EXPECT_EQ(Get(worker->port(), "/healthz").body, "ok\n");  // still serving
 }
@@ -226,24 +227,24 @@ TEST_F(ServeTest, PastTheInFlightBoundA429WithRetryAfterAndADisconnectEndsTheReq
   const Json long_body = {{"prompt", "a long one"}, {"max_tokens", 4000}, {"stream", true}};
   std::atomic<bool> hang_up{false};
   std::vector<std::thread> clients;
-  std::vector<testing::HttpResult> results(2);
+  std::vector<HttpResult> results(2);
   for (int i = 0; i < 2; ++i) {
     clients.emplace_back([&, i] {
       results[i] = Post(worker->port(), long_body, [&](const Json&) { return !hang_up.load(); });
     });
   }
   ASSERT_TRUE(MetricReaches(worker->port(), "strata_worker_http_in_flight", 2));
-  const testing::HttpResult refused = Post(worker->port(), {{"prompt", "one more"}});
+  const HttpResult refused = Post(worker->port(), {{"prompt", "one more"}});
   EXPECT_EQ(refused.status, 429) << refused.body;
   EXPECT_NE(refused.head.find("Retry-After: 1"), std::string::npos) << refused.head;
   hang_up = true;
   for (std::thread& t : clients) t.join();
-  for (const testing::HttpResult& r : results) {
+  for (const HttpResult& r : results) {
     EXPECT_TRUE(r.disconnected);
     EXPECT_LT(StreamedIds(r).size(), 4000u);
   }
   ASSERT_TRUE(MetricReaches(worker->port(), "strata_worker_http_in_flight", 0));
-  EXPECT_TRUE(MetricReaches(worker->port(), "strata_worker_pool_pages_used", 0));
+  EXPECT_TRUE(MetricReaches(worker->port(), "strata_worker_pool_pages_held", 0));
   EXPECT_EQ(MetricValue(Get(worker->port(), "/metrics").body,
                         R"(strata_worker_http_cancelled_total{reason="client_gone"})"),
             2);
@@ -253,8 +254,10 @@ TEST_F(ServeTest, PastTheInFlightBoundA429WithRetryAfterAndADisconnectEndsTheReq
 TEST_F(ServeTest, ADisconnectMidStreamLetsGoOfEveryPageAndLease) {
   auto node = StartNode();
   ASSERT_NE(node, nullptr);
+  // No HBM tier: the prefix is fetched from the node, under a lease.
   auto worker =
-      StartWorker({"--store", node->uri(), "--token", std::string(strata::testing::kTokenA.token)});
+      StartWorker({"--store", node->uri(), "--token", std::string(strata::testing::kTokenA.token),
+                   "--hbm-cache-policy", "off"});
   ASSERT_NE(worker, nullptr);
   const std::vector<uint32_t> prompt = Prompt(1100, 9);
   ASSERT_EQ(Post(worker->port(), {{"prompt", prompt}, {"max_tokens", 2}}).status, 200);
@@ -262,25 +265,62 @@ TEST_F(ServeTest, ADisconnectMidStreamLetsGoOfEveryPageAndLease) {
   std::vector<uint32_t> longer = prompt;
   longer.push_back(7);
   int events = 0;
-  const testing::HttpResult r =
+  const HttpResult r =
       Post(worker->port(), {{"prompt", longer}, {"max_tokens", 4000}, {"stream", true}},
            [&](const Json&) { return ++events < 3; });
   EXPECT_TRUE(r.disconnected);
   ASSERT_TRUE(MetricReaches(worker->port(), "strata_worker_http_in_flight", 0));
-  EXPECT_TRUE(MetricReaches(worker->port(), "strata_worker_pool_pages_used", 0));
+  EXPECT_TRUE(MetricReaches(worker->port(), "strata_worker_pool_pages_held", 0));
   EXPECT_TRUE(MetricReaches(node->http_port(), R"(strata_leases_live{type="read"})", 0));
   EXPECT_TRUE(MetricReaches(node->http_port(), R"(strata_leases_live{type="write"})", 0));
   // The store still serves that prefix.
-  const testing::HttpResult again = Post(worker->port(), {{"prompt", longer}, {"max_tokens", 2}});
+  const HttpResult again = Post(worker->port(), {{"prompt", longer}, {"max_tokens", 2}});
   ASSERT_EQ(again.status, 200);
   EXPECT_GE(Json::parse(again.body).at("usage").at("strata").at("store_hit_tokens"), 768);
+}
+
+// A conversation's second turn on the same worker finds its prefix in the
+// HBM tier: no store match, and the output of a cold run.
+TEST_F(ServeTest, ASecondTurnHitsTheHbmTierAndEqualsAColdRun) {
+  auto node = StartNode();
+  ASSERT_NE(node, nullptr);
+  auto worker =
+      StartWorker({"--store", node->uri(), "--token", std::string(strata::testing::kTokenA.token)});
+  ASSERT_NE(worker, nullptr);
+  std::vector<uint32_t> turn = Prompt(1100, 31);
+  const HttpResult first =
+      Post(worker->port(), {{"prompt", turn}, {"max_tokens", 16}, {"session_id", "conv-1"}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  const std::vector<uint32_t> reply = Ids(Json::parse(first.body).at("choices")[0]);
+  turn.insert(turn.end(), reply.begin(), reply.end());
+  const std::vector<uint32_t> more = Prompt(200, 32);
+  turn.insert(turn.end(), more.begin(), more.end());
+  const double matches =
+      MetricValue(Get(node->http_port(), "/metrics").body, "strata_match_requests_total");
+  ASSERT_GE(matches, 1);
+  const HttpResult second =
+      Post(worker->port(),
+           {{"prompt", turn}, {"max_tokens", 16}, {"stream", true}, {"session_id", "conv-1"}});
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(StreamedIds(second), BatchOutput(turn, 16, {}));
+  const Json usage = second.events[second.events.size() - 2].at("usage");
+  EXPECT_EQ(usage.at("strata").at("hbm_hit_tokens"), 1024) << usage.dump();
+  EXPECT_EQ(usage.at("strata").at("store_hit_tokens"), 0);
+  EXPECT_EQ(usage.at("prompt_tokens_details").at("cached_tokens"), 1024);
+  EXPECT_EQ(MetricValue(Get(node->http_port(), "/metrics").body, "strata_match_requests_total"),
+            matches);
+  const std::string metrics = Get(worker->port(), "/metrics").body;
+  EXPECT_EQ(MetricValue(metrics, R"(strata_worker_tier_hit_tokens_total{tier="hbm"})"), 1024);
+  EXPECT_GT(MetricValue(metrics, "strata_worker_hbm_cached_pages"), 0);
+  EXPECT_EQ(MetricValue(metrics, "strata_worker_pool_pages_held"), 0);
+  EXPECT_EQ(MetricValue(metrics, R"(strata_worker_session_requests_total{prefix="hbm"})"), 1);
 }
 
 TEST_F(ServeTest, SigtermDrainsRunningRequestsRefusesNewOnesAndExitsZero) {
   auto worker = StartWorker({"--drain-grace", "60"});
   ASSERT_NE(worker, nullptr);
   std::vector<std::thread> clients;
-  std::vector<testing::HttpResult> results(2);
+  std::vector<HttpResult> results(2);
   std::atomic<int> started{0};
   for (int i = 0; i < 2; ++i) {
     clients.emplace_back([&, i] {
@@ -300,7 +340,7 @@ TEST_F(ServeTest, SigtermDrainsRunningRequestsRefusesNewOnesAndExitsZero) {
   }
   ASSERT_EQ(started.load(), 2);
   worker->SendSigterm();
-  testing::HttpResult health;
+  HttpResult health;
   for (int i = 0; i < 500; ++i) {
     health = Get(worker->port(), "/healthz");
     if (health.status == 503) break;
@@ -308,10 +348,10 @@ TEST_F(ServeTest, SigtermDrainsRunningRequestsRefusesNewOnesAndExitsZero) {
   }
   EXPECT_EQ(health.status, 503);
   EXPECT_EQ(health.body, "draining\n");
-  const testing::HttpResult refused = Post(worker->port(), {{"prompt", "late"}});
+  const HttpResult refused = Post(worker->port(), {{"prompt", "late"}});
   EXPECT_EQ(refused.status, 503) << refused.body;
   for (std::thread& t : clients) t.join();
-  for (const testing::HttpResult& r : results) {
+  for (const HttpResult& r : results) {
     EXPECT_EQ(StreamedIds(r).size(), 600u);
     ASSERT_FALSE(r.events.empty());
     EXPECT_EQ(r.events.back(), "[DONE]");
@@ -322,17 +362,16 @@ TEST_F(ServeTest, SigtermDrainsRunningRequestsRefusesNewOnesAndExitsZero) {
 TEST_F(ServeTest, ARequestPastItsDeadlineIsAbortedWithAnError) {
   auto worker = StartWorker({"--request-timeout", "0.3"});
   ASSERT_NE(worker, nullptr);
-  const testing::HttpResult whole =
-      Post(worker->port(), {{"prompt", "slow"}, {"max_tokens", 4000}});
+  const HttpResult whole = Post(worker->port(), {{"prompt", "slow"}, {"max_tokens", 4000}});
   EXPECT_EQ(whole.status, 504) << whole.body;
-  const testing::HttpResult streamed =
+  const HttpResult streamed =
       Post(worker->port(), {{"prompt", "slow"}, {"max_tokens", 4000}, {"stream", true}});
   EXPECT_EQ(streamed.status, 200);
   ASSERT_FALSE(streamed.events.empty());
   EXPECT_EQ(streamed.events.back().at("error").at("code"), 504) << streamed.body;
   EXPECT_LT(StreamedIds(streamed).size(), 4000u);
   ASSERT_TRUE(MetricReaches(worker->port(), "strata_worker_http_in_flight", 0));
-  EXPECT_TRUE(MetricReaches(worker->port(), "strata_worker_pool_pages_used", 0));
+  EXPECT_TRUE(MetricReaches(worker->port(), "strata_worker_pool_pages_held", 0));
   EXPECT_EQ(MetricValue(Get(worker->port(), "/metrics").body,
                         R"(strata_worker_http_cancelled_total{reason="deadline"})"),
             2);
@@ -353,7 +392,7 @@ TEST_F(ServeTest, RequestsCompleteByRecomputationWhenTheNodeIsKilledUnderThem) {
     p.insert(p.end(), tail.begin(), tail.end());
     prompts.push_back(std::move(p));
   }
-  std::vector<testing::HttpResult> results(prompts.size());
+  std::vector<HttpResult> results(prompts.size());
   std::vector<std::thread> clients;
   for (size_t i = 0; i < prompts.size(); ++i) {
     clients.emplace_back([&, i] {

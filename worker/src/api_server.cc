@@ -55,7 +55,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Start(std::unique_ptr<Engine> engi
   ApiServer* self = server.get();
   Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(
       server->options_.listen,
-      [self](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+      [self](const HttpRequest& request, const std::shared_ptr<HttpResponder>& responder) {
         self->Handle(request, responder);
       },
       http, "worker API");
@@ -299,6 +299,20 @@ void ApiServer::SendTokens(Live& live, const StepOutput& out) {
 }
 
 void ApiServer::Finish(uint64_t id, Live& live, const StepOutput& out) {
+  // Counted before the answer goes: a client that has it sees it counted.
+  Count("/v1/completions", 200);
+  if (metrics_ != nullptr && !live.request.session_id.empty()) {
+    // Where a conversation's turn found its prefix: how well turns stick
+    // to the worker that holds their history.
+    const char* prefix = out.stats.hbm_hit_tokens > 0 ? "hbm"
+                         : out.stats.hit_tokens > 0   ? "store"
+                                                      : "none";
+    metrics_
+        ->GetCounter("strata_worker_session_requests_total",
+                     "Completions that named a session_id, by where their prefix came from",
+                     {{"prefix", prefix}})
+        ->Increment();
+  }
   if (live.request.stream) {
     if (!live.streaming) live.responder->StartStream(200, "text/event-stream");
     if (live.request.include_usage) {
@@ -309,7 +323,6 @@ void ApiServer::Finish(uint64_t id, Live& live, const StepOutput& out) {
   } else {
     live.responder->Reply(JsonReply(200, CompletionJson(live.who, live.output, out.stats)));
   }
-  Count("/v1/completions", 200);
   live_.erase(id);
   std::lock_guard lock(mu_);
   ++stats_.finished;
@@ -336,13 +349,13 @@ void ApiServer::End(uint64_t id, EndReason reason) {
                            std::to_string(options_.request_timeout / kNanosPerSecond) + " s",
                        ""}
             : ApiError{503, "the worker is shutting down", ""};
+    Count("/v1/completions", error.status);
     if (live.streaming) {
       live.responder->Send(ErrorEvent(error));
       live.responder->End();
     } else {
       ReplyError(*live.responder, error);
     }
-    Count("/v1/completions", error.status);
   }
   if (metrics_ != nullptr) {
     metrics_

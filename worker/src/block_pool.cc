@@ -47,6 +47,11 @@ uint32_t BlockPool::used_pages() const {
   return static_cast<uint32_t>(refs_.size() - free_.size());
 }
 
+uint32_t BlockPool::RefCount(uint32_t page) const {
+  std::lock_guard lock(mu_);
+  return refs_[page];
+}
+
 uint64_t BlockPool::total_refs() const {
   std::lock_guard lock(mu_);
   uint64_t n = 0;

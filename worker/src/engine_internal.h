@@ -8,14 +8,42 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kv_transfer.h"
+#include "strata/kernels/formats.h"
+#include "strata/layout.h"
 #include "strata/worker/engine.h"
 
 namespace strata::worker {
 
 inline double SecondsBetween(Nanos a, Nanos b) { return static_cast<double>(b - a) / 1e9; }
+
+// key[0]'s namespace with no store: the keys are never sent anywhere.
+inline constexpr std::string_view kNoStoreNamespace = "local";
+
+inline constexpr uint32_t kMainBytes = kernels::kMainKv.Bytes();
+inline constexpr uint32_t kIndexBytes = kernels::kIndexerKey.Bytes();
+inline constexpr uint32_t kSlotBytes = kernels::kSwaFp8.Bytes();
+inline constexpr uint32_t kEntryBytes = kMainBytes + kIndexBytes;
+
+// Pool pages a fetch leaves free for commit staging (a commit takes one page
+// and gives it back at once): fetches of waiting requests never starve the
+// commits of running ones.
+inline constexpr uint32_t kStagingPages = 2;
+inline uint32_t StagingPages(const BlockPool& pool) {
+  return std::min(kStagingPages, pool.capacity() / 4);
+}
+
+// The lineage of a prefix (SwaShape::lineage): each global KV block's entry
+// checksum chained onto the digest of the blocks before it. An SWA state
+// carries the lineage of the blocks it was computed over, so it is paired
+// only with those exact bytes.
+inline uint64_t ExtendLineage(uint64_t lineage, uint64_t block_checksum) {
+  const uint64_t words[2] = {lineage, block_checksum};
+  return Checksum64(std::as_bytes(std::span(words)));
+}
 
 // How many (state, prefix) pairs Engine::stale_swa_ remembers, and how
 // many prefixes Engine::replays_ counts.
@@ -55,10 +83,18 @@ struct Engine::Sequence {
   std::vector<uint32_t> generated;
   RequestStats stats;
 
-  // The fetch in flight (DESIGN §9 step 1).
+  bool no_reads = false;  // a restart's admission: the prefix is computed
+  // The prefix from the HBM tier, held until it is loaded (LoadLocalPrefix).
+  std::vector<PrefixCache::Hit> local;
+  std::optional<PrefixCache::Hit> local_swa;
+  uint32_t local_blocks = 0;  // blocks [0, local_blocks) came from the HBM tier
+
+  // The fetch in flight (DESIGN §9 step 1), of blocks [local_blocks,
+  // fetch_blocks) from the store.
   MatchResult match;
-  uint32_t fetch_blocks = 0;  // planned usable prefix
+  uint32_t fetch_blocks = 0;  // planned usable prefix, HBM tier and store
   bool fetch_swa = false;     // exact path: SWA state at the hit boundary
+  uint64_t swa_checksum = 0;  // that state's (StaleSwaKey)
   std::vector<uint32_t> fetch_pages;
   std::vector<std::byte> swa_buffer;
   std::unique_ptr<FetchJob> fetch;

@@ -50,7 +50,20 @@ EngineMetrics::EngineMetrics(MetricsRegistry& r) {
   ttft_seconds_ = r.GetHistogram("strata_worker_ttft_seconds", "Time to first token.", ttft);
   running_ = r.GetGauge("strata_worker_running_requests", "Requests prefilling or decoding.");
   queued_ = r.GetGauge("strata_worker_queued_requests", "Requests waiting for admission.");
-  pool_pages_used_ = r.GetGauge("strata_worker_pool_pages_used", "Block pool pages in use.");
+  pool_pages_used_ = r.GetGauge("strata_worker_pool_pages_used",
+                                "Block pool pages in use (the HBM tier's included).");
+  pool_pages_held_ = r.GetGauge(
+      "strata_worker_pool_pages_held",
+      "Block pool pages requests and transfers hold (not those only the HBM tier keeps).");
+  hbm_cached_pages_ = r.GetGauge("strata_worker_hbm_cached_pages",
+                                 "Pages in the HBM tier (the local prefix cache).");
+  const char* tier = "strata_worker_tier_hit_tokens_total";
+  const char* tier_help =
+      "Global KV tokens used from each tier: this worker's HBM, the store's "
+      "DRAM and SSD.";
+  hbm_hit_tokens_ = r.GetCounter(tier, tier_help, {{"tier", "hbm"}});
+  dram_hit_tokens_ = r.GetCounter(tier, tier_help, {{"tier", "dram"}});
+  ssd_hit_tokens_ = r.GetCounter(tier, tier_help, {{"tier", "ssd"}});
 }
 
 void EngineMetrics::OnMatch(double seconds) { match_seconds_->Observe(seconds); }
@@ -76,6 +89,9 @@ void EngineMetrics::OnFinish(const RequestStats& s, bool aborted) {
   if (aborted) return;
   matched_tokens_->Increment(s.matched_tokens);
   hit_tokens_->Increment(s.hit_tokens);
+  hbm_hit_tokens_->Increment(s.hbm_hit_tokens);
+  ssd_hit_tokens_->Increment(s.ssd_hit_tokens);
+  dram_hit_tokens_->Increment(s.hit_tokens - s.hbm_hit_tokens - s.ssd_hit_tokens);
   replayed_tokens_->Increment(s.replayed_tokens);
   if (s.swa_hit) {
     swa_hit_->Increment();
@@ -90,6 +106,8 @@ void EngineMetrics::SetLoad(const EngineCounters& c) {
   running_->Set(c.running);
   queued_->Set(c.queued);
   pool_pages_used_->Set(c.pool_pages_used);
+  pool_pages_held_->Set(c.pool_pages_held);
+  hbm_cached_pages_->Set(c.hbm_cached_pages);
 }
 
 }  // namespace strata::worker

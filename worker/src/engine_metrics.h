@@ -30,6 +30,9 @@ class EngineMetrics {
   Counter* prompt_tokens_;
   Counter* matched_tokens_;
   Counter* hit_tokens_;
+  Counter* hbm_hit_tokens_;
+  Counter* dram_hit_tokens_;
+  Counter* ssd_hit_tokens_;
   Counter* computed_tokens_;
   Counter* replayed_tokens_;
   Counter* recomputed_tokens_;
@@ -48,6 +51,8 @@ class EngineMetrics {
   Gauge* running_;
   Gauge* queued_;
   Gauge* pool_pages_used_;
+  Gauge* pool_pages_held_;
+  Gauge* hbm_cached_pages_;
 };
 
 }  // namespace strata::worker

@@ -185,10 +185,14 @@ bool Engine::FetchFailed(Sequence& seq, bool replay) {
         std::all_of(seq.group_loaded.begin(), seq.group_loaded.end(), [](bool b) { return b; });
     if (all_loaded) {
       const FetchOutcome out = seq.fetch->Finish();
-      failed = out.blocks_ready < seq.fetch_blocks || (seq.fetch_swa && !out.swa_ready);
+      failed = out.blocks_ready < seq.fetch_blocks - seq.local_blocks ||
+               (seq.fetch_swa && !out.swa_ready);
       if (!failed && metrics_)
         metrics_->OnFetch(seq.fetch->FirstGroupSeconds(), seq.fetch->Seconds());
-      if (!failed) ReleaseFetch(seq);
+      if (!failed) {
+        CacheFetched(seq);
+        ReleaseFetch(seq);
+      }
     }
   }
   if (!failed && seq.fetch && replay) {

@@ -33,6 +33,8 @@ constexpr size_t kReadChunk = 16 << 10;
 // A streamed answer the client does not read is cut off past this many
 // bytes waiting (before the write timeout, so memory stays bounded).
 constexpr size_t kMaxPendingBytes = 8 << 20;
+// How long a stopping server goes on writing answers that had ended.
+constexpr Nanos kStopFlushTime = Seconds(2);
 
 Nanos Now() { return SteadyClock().Now(); }
 
@@ -314,10 +316,17 @@ class HttpServer::Loop {
 
   void Run() {
     std::vector<pollfd> fds;
-    while (!stop_.load(std::memory_order_acquire)) {
+    Nanos flush_until = 0;
+    for (;;) {
+      if (stop_.load(std::memory_order_acquire)) {
+        if (flush_until == 0) flush_until = Now() + kStopFlushTime;
+        if (!KeepOnlyFinishingAnswers() || Now() >= flush_until) break;
+      }
       fds.clear();
       // Out of descriptors, the listener stays readable: rest it a moment.
-      fds.push_back({Now() >= accept_again_at_ ? listen_fd_ : -1, POLLIN, 0});
+      // Stopping, it accepts no one.
+      const bool accepting = Now() >= accept_again_at_ && flush_until == 0;
+      fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
       fds.push_back({waker_->fd, POLLIN, 0});
       for (const Connection& c : connections_) fds.push_back({c.fd, Events(c), 0});
       (void)poll(fds.data(), fds.size(), PollTimeoutMs());
@@ -348,6 +357,23 @@ class HttpServer::Loop {
   void Stop() {
     stop_.store(true, std::memory_order_release);
     waker_->Wake();
+  }
+
+  // Stopping: drops every connection but those whose answer has ended and
+  // still has bytes to write, so a reply or a stream finished just before
+  // the stop reaches its client. False when none is left.
+  bool KeepOnlyFinishingAnswers() {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      Connection& c = *it;
+      const bool finishing =
+          c.state == State::kAnswering && Pump(c) && c.ended && c.written < c.out.size();
+      if (finishing) {
+        ++it;
+      } else {
+        Drop(it, /*forced=*/false);
+      }
+    }
+    return !connections_.empty();
   }
 
   HttpServer::Stats stats() const {

@@ -34,6 +34,7 @@ class BlockPool {
   uint64_t page_bytes() const { return page_bytes_; }
   uint32_t capacity() const { return static_cast<uint32_t>(refs_.size()); }
   uint32_t used_pages() const;
+  uint32_t RefCount(uint32_t page) const;
   uint64_t total_refs() const;
 
  private:

@@ -33,6 +33,7 @@
 #include "strata/task_pool.h"
 #include "strata/worker/block_pool.h"
 #include "strata/worker/model.h"
+#include "strata/worker/prefix_cache.h"
 #include "strata/worker/sampler.h"
 
 namespace strata {
@@ -70,6 +71,11 @@ struct EngineOptions {
   // replays over one prefix, the next request computes it from token 0
   // (exact) and commits its SWA state; 0: never.
   uint32_t exact_after_replays = 3;
+  // The HBM tier (PrefixCache): pages of finished work stay in the block
+  // pool under their chain keys, ordered by this store eviction policy
+  // ("lru", "aslru", "deadline"); a request matches them before the store.
+  // Empty: off, a page is free once no request holds it.
+  std::string hbm_cache_policy = "lru";
   bool masked_attention = false;  // the bounded-replay reference kernel
   bool return_logits = false;     // copy each sampled token's logits into the output
   // Threads for the long-context indexer scans, this one included;
@@ -88,7 +94,9 @@ struct Request {
 struct RequestStats {
   uint64_t prompt_tokens = 0;
   uint64_t matched_tokens = 0;     // global KV the store reported
-  uint64_t hit_tokens = 0;         // global KV fetched and used
+  uint64_t hit_tokens = 0;         // global KV fetched and used, from any tier:
+  uint64_t hbm_hit_tokens = 0;     //   of those, from the HBM tier (this worker's pool)
+  uint64_t ssd_hit_tokens = 0;     //   from the store's SSD tier (the rest: its DRAM)
   bool swa_hit = false;            // SWA state fetched and used (exact path)
   bool swa_rejected = false;       // SWA state found, but over other global KV: replayed
   uint64_t replayed_tokens = 0;    // encoder bounded replay
@@ -115,6 +123,9 @@ struct StepOutput {
 
 struct EngineCounters {
   uint32_t pool_pages_used = 0;
+  uint32_t hbm_cached_pages = 0;  // pages in the HBM tier (some may be in use too)
+  uint32_t pool_pages_held = 0;   // pages requests and transfers hold (not the HBM tier alone)
+  uint64_t hbm_evictions = 0;     // pages the HBM tier gave back to the pool, ever
   uint64_t pool_refs = 0;
   uint32_t live_fetches = 0;  // abandoned ones included
   uint32_t held_leases = 0;   // those of abandoned fetches included
@@ -185,11 +196,21 @@ class Engine {
   bool Admit(Sequence& seq, bool may_defer);
   void StartPrefill(Sequence& seq);
   void DeriveChainKeys(Sequence& seq);
-  std::optional<uint32_t> MatchPrefix(Sequence& seq);
+  uint32_t WantedBlocks(const Sequence& seq) const;
+  uint32_t MatchLocal(Sequence& seq, uint32_t wanted);
+  std::optional<uint32_t> MatchPrefix(Sequence& seq, uint32_t from, uint32_t wanted);
   uint32_t TakeFetchPages(Sequence& seq, uint32_t usable,
                           std::vector<std::span<std::byte>>& buffers);
-  bool PlanFetch(Sequence& seq, uint32_t usable);
+  bool PlanFetch(Sequence& seq, uint32_t local, uint32_t remote);
+  bool PlanSwa(Sequence& seq, uint32_t local, uint32_t remote);
+  void LoadLocalPrefix(Sequence& seq);
+  void ReleaseLocal(Sequence& seq);
   void StartFetch(Sequence& seq, uint32_t usable, std::vector<std::span<std::byte>> buffers);
+  void CopyGroupIn(Sequence& seq, uint32_t source, uint32_t block, const std::byte* payload);
+  void CopySwaIn(Sequence& seq, const std::byte* payload);
+  void CacheFetched(Sequence& seq);
+  // A pool page, evicting from the HBM tier when none is free.
+  Result<uint32_t> AllocatePage();
 
   void PlanEncoderReplay(Sequence& seq);
   // Counts a replay over the prefix of `boundary_blocks` blocks; true when
@@ -238,6 +259,7 @@ class Engine {
   std::unordered_map<uint64_t, uint32_t> replays_;
   std::deque<uint64_t> replays_order_;
   BlockPool pool_;
+  std::unique_ptr<PrefixCache> hbm_;       // after pool_: destroyed first (it holds pages)
   std::unique_ptr<TaskPool> kernel_pool_;  // null with one kernel thread
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<uint64_t> order_;  // arrival order

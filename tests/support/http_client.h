@@ -1,18 +1,22 @@
-// A small HTTP client for the serving tests: one request per connection,
-// answers de-chunked as they arrive, server-sent events handed over one by
-// one (and the connection dropped when the caller says so).
+// A small HTTP client for the serving tests and `strata-bench serve`: one
+// request per connection, answers de-chunked as they arrive, server-sent
+// events handed over one by one (and the connection dropped when the caller
+// says so). Needs nlohmann-json.
 #pragma once
 
+#include <netdb.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "raw_socket.h"
 
-namespace strata::worker::testing {
+namespace strata::testing {
 
 using Json = nlohmann::json;
 
@@ -24,13 +28,35 @@ struct HttpResult {
   bool disconnected = false;  // the caller hung up mid-answer
 };
 
+// A blocking connection to host:port whose reads give up after
+// `recv_timeout_s`; -1 on failure.
+inline int ConnectTo(const std::string& host, int port, int recv_timeout_s) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    timeval timeout{.tv_sec = recv_timeout_s, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
 // `on_event` returns false to hang up.
-inline HttpResult Exchange(int port, const std::string& method, const std::string& path,
-                           const std::string& body,
+inline HttpResult Exchange(const std::string& host, int port, const std::string& method,
+                           const std::string& path, const std::string& body,
                            const std::function<bool(const Json&)>& on_event = nullptr,
                            int recv_timeout_s = 60) {
   HttpResult r;
-  const int fd = strata::testing::ConnectLoopback(port, recv_timeout_s);
+  const int fd = ConnectTo(host, port, recv_timeout_s);
   if (fd < 0) return r;
   const std::string request = method + " " + path + " HTTP/1.1\r\nHost: test\r\nContent-Type: " +
                               "application/json\r\nContent-Length: " + std::to_string(body.size()) +
@@ -84,6 +110,13 @@ inline HttpResult Exchange(int port, const std::string& method, const std::strin
   return r;
 }
 
+// On 127.0.0.1.
+inline HttpResult Exchange(int port, const std::string& method, const std::string& path,
+                           const std::string& body,
+                           const std::function<bool(const Json&)>& on_event = nullptr) {
+  return Exchange("127.0.0.1", port, method, path, body, on_event);
+}
+
 inline HttpResult Post(int port, const Json& body,
                        const std::function<bool(const Json&)>& on_event = nullptr) {
   return Exchange(port, "POST", "/v1/completions", body.dump(), on_event);
@@ -104,4 +137,4 @@ inline double MetricValue(const std::string& text, const std::string& series) {
   return -1;
 }
 
-}  // namespace strata::worker::testing
+}  // namespace strata::testing
