@@ -1,5 +1,5 @@
 // strata-bench: benchmarks that print a comparison measured in the same
-// run. Subcommands: store, replay, kernels (more come with the node, SSD and worker).
+// run. Subcommands: store, replay, kernels, ssd, ucx, node, worker, cluster, serve.
 #include <CLI/CLI.hpp>
 
 #include "cluster_bench.h"
@@ -7,6 +7,7 @@
 #include "node_bench.h"
 #include "raw_ucx.h"
 #include "replay_bench.h"
+#include "serve_bench.h"
 #include "ssd_bench.h"
 #include "store_bench.h"
 #include "worker_bench.h"
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
   CLI::App* cluster = app.add_subcommand(
       "cluster", "Cluster client over 1/2/3 nodes: aggregate fetch GB/s; match p99, 1 vs 3 nodes");
   cluster_opts.Register(*cluster);
+  strata::bench::ServeBenchOptions serve_opts;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Serving workers over HTTP under a multi-turn trace: HBM tier + store vs no cache");
+  serve_opts.Register(*serve);
   CLI11_PARSE(app, argc, argv);
   if (store->parsed()) return strata::bench::RunStoreBench(store_opts);
   if (replay->parsed()) return strata::bench::RunReplayBench(replay_opts);
@@ -55,5 +60,6 @@ int main(int argc, char** argv) {
   if (node->parsed()) return strata::bench::RunNodeBench(node_opts);
   if (worker->parsed()) return strata::bench::RunWorkerBench(worker_opts);
   if (cluster->parsed()) return strata::bench::RunClusterBench(cluster_opts);
+  if (serve->parsed()) return strata::bench::RunServeBench(serve_opts);
   return 0;
 }

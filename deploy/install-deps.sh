@@ -18,6 +18,8 @@ PACKAGES=(
   # tests and benchmarks (baselines: Redis, fio; cluster: etcd)
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server libhiredis-dev fio etcd-server etcd-client
+  # the main job's HTTP example
+  curl
 )
 
 SUDO=""

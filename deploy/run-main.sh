@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The main job, end to end on a fresh Debian 12 machine: installs the
 # dependencies, builds, starts a strata-node on loopback (no external
-# service), and runs strata-worker against it on the bundled multi-turn
-# sample workload (deploy/sample.workload, made by strata-mkworkload),
-# printing per-request TTFT, hits, the hit ratio and cold vs warm TTFT.
-# Extra arguments go to strata-worker (e.g. --json).
+# service) and a serving strata-worker attached to it (`strata-worker
+# serve`, the OpenAI-style HTTP API), then drives the bundled multi-turn
+# sample workload (deploy/sample.workload, made by strata-mkworkload)
+# through HTTP, printing per-request TTFT, hits (and how much of them the
+# worker's HBM tier held), the hit ratio and cold vs warm TTFT. Then one
+# request with curl, and a SIGTERM drain of the worker.
+# Extra arguments go to `strata-worker send` (e.g. --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
@@ -14,11 +17,14 @@ cmake --build "$BUILD_DIR" --target strata-node strata-worker strata-mkworkload
 
 work=$(mktemp -d)
 node_pid=""
+worker_pid=""
 cleanup() {
-  if [ -n "$node_pid" ] && kill -0 "$node_pid" 2>/dev/null; then
-    kill -TERM "$node_pid"
-    wait "$node_pid" || true
-  fi
+  for pid in $worker_pid $node_pid; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid"
+      wait "$pid" || true
+    fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,6 +44,27 @@ for _ in $(seq 300); do
 done
 port=$(sed -n 's/.*listening grpc=\([0-9]*\).*/\1/p' "$work/node.log")
 [ -n "$port" ] || { echo "strata-node did not start" >&2; cat "$work/node.log" >&2; exit 1; }
-echo "== strata-worker on $workload against strata://127.0.0.1:$port" >&2
-"$BUILD_DIR"/worker/strata-worker --store "strata://127.0.0.1:$port" --token demo-write \
-  --workload "$workload" "$@"
+echo "== strata-worker serve, attached to strata://127.0.0.1:$port" >&2
+"$BUILD_DIR"/worker/strata-worker serve --listen 127.0.0.1:0 \
+  --store "strata://127.0.0.1:$port" --token demo-write >"$work/worker.log" 2>&1 &
+worker_pid=$!
+for _ in $(seq 600); do
+  grep -q "listening http=" "$work/worker.log" && break
+  kill -0 "$worker_pid" 2>/dev/null || { cat "$work/worker.log" >&2; exit 1; }
+  sleep 0.1
+done
+http=$(sed -n 's/.*listening http=\([0-9]*\).*/\1/p' "$work/worker.log")
+[ -n "$http" ] || { echo "strata-worker did not start" >&2; cat "$work/worker.log" >&2; exit 1; }
+
+echo "== $workload through http://127.0.0.1:$http/v1/completions" >&2
+"$BUILD_DIR"/worker/strata-worker send --endpoint "127.0.0.1:$http" --workload "$workload" "$@"
+
+echo "== one request with curl" >&2
+curl -sS "http://127.0.0.1:$http/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "System: you are a cache-aware assistant.", "max_tokens": 8, "seed": 1}' >&2
+echo >&2
+echo "== SIGTERM: the worker drains, then the node" >&2
+kill -TERM "$worker_pid"
+wait "$worker_pid"
+worker_pid=""
+tail -n 2 "$work/worker.log" >&2

@@ -13,6 +13,8 @@ namespace strata::worker {
 
 int PrintWorkloadReport(const std::vector<WorkloadResult>& results, const std::string& store_uri,
                         bool json) {
+  // "hit" is global KV from any tier; "of_hbm" the part the worker's own HBM
+  // tier held.
   uint64_t prompt = 0, hit = 0, store_errors = 0, store_skipped = 0;
   double cold_ttft = 0, warm_ttft = 0;
   int cold_n = 0, warm_n = 0;
@@ -38,12 +40,14 @@ int PrintWorkloadReport(const std::vector<WorkloadResult>& results, const std::s
       const WorkloadResult& r = results[i];
       std::printf(
           "%s{\"item\":%zu,\"conversation\":%s,\"turn\":%u,\"prompt_tokens\":%lu,"
-          "\"hit_tokens\":%lu,\"swa_hit\":%s,\"swa_rejected\":%s,\"replayed_tokens\":%lu,"
+          "\"hit_tokens\":%lu,\"hbm_hit_tokens\":%lu,\"swa_hit\":%s,\"swa_rejected\":%s,\"replayed_"
+          "tokens\":%lu,"
           "\"exact_recompute\":%s,\"computed_tokens\":%lu,"
           "\"recomputed_tokens\":%lu,\"output_tokens\":%zu,\"ttft_ms\":%.3f}",
           i ? "," : "", r.item, strata::JsonString(r.conversation).c_str(), r.turn,
           static_cast<unsigned long>(r.stats.prompt_tokens),
-          static_cast<unsigned long>(r.stats.hit_tokens), r.stats.swa_hit ? "true" : "false",
+          static_cast<unsigned long>(r.stats.hit_tokens),
+          static_cast<unsigned long>(r.stats.hbm_hit_tokens), r.stats.swa_hit ? "true" : "false",
           r.stats.swa_rejected ? "true" : "false",
           static_cast<unsigned long>(r.stats.replayed_tokens),
           r.stats.exact_recompute ? "true" : "false",
@@ -58,13 +62,14 @@ int PrintWorkloadReport(const std::vector<WorkloadResult>& results, const std::s
         static_cast<unsigned long>(store_skipped));
     return 0;
   }
-  std::printf("%-5s %-6s %-4s %8s %8s %4s %8s %8s %10s %9s\n", "item", "conv", "turn", "prompt",
-              "hit", "swa", "replayed", "computed", "recomputed", "ttft_ms");
+  std::printf("%-5s %-6s %-4s %8s %8s %8s %4s %8s %8s %10s %9s\n", "item", "conv", "turn", "prompt",
+              "hit", "of_hbm", "swa", "replayed", "computed", "recomputed", "ttft_ms");
   for (const WorkloadResult& r : results) {
-    std::printf("%-5zu %-6s %-4u %8lu %8lu %4s %8lu %8lu %10lu %9.2f\n", r.item,
+    std::printf("%-5zu %-6s %-4u %8lu %8lu %8lu %4s %8lu %8lu %10lu %9.2f\n", r.item,
                 r.conversation.empty() ? "-" : r.conversation.c_str(), r.turn,
                 static_cast<unsigned long>(r.stats.prompt_tokens),
                 static_cast<unsigned long>(r.stats.hit_tokens),
+                static_cast<unsigned long>(r.stats.hbm_hit_tokens),
                 r.stats.swa_hit           ? "yes"
                 : r.stats.exact_recompute ? "ex"
                 : r.stats.swa_rejected    ? "rej"

@@ -23,6 +23,21 @@ int Fail(const strata::Status& st) {
   return 1;
 }
 
+// `strata-worker send`: the workload through a serving worker's API.
+int SendWorkload(const std::string& endpoint, const std::string& workload_path, bool json) {
+  using namespace strata::worker;
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) {
+    return Fail(strata::InvalidArgument("--endpoint is host:port, not '" + endpoint + "'"));
+  }
+  strata::Result<std::vector<WorkloadItem>> items = ReadWorkloadFile(workload_path);
+  if (!items.ok()) return Fail(items.status());
+  strata::Result<std::vector<WorkloadResult>> results = RunWorkloadOverHttp(
+      endpoint.substr(0, colon), std::atoi(endpoint.c_str() + colon + 1), *items);
+  if (!results.ok()) return Fail(results.status());
+  return PrintWorkloadReport(*results, "http://" + endpoint, json);
+}
+
 // `strata-worker serve`: its own flags; the store, model and engine flags
 // of the main command are accepted after it too.
 CLI::App* AddServeCommand(CLI::App& app, strata::worker::ServeFlags& flags) {
@@ -71,7 +86,9 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   std::string metrics_file;
   strata::worker::EngineOptions eo;
-  app.add_option("--store", store_uri, "Store URI: inproc:// or strata://host:port");
+  app.add_option("--store", store_uri,
+                 "Store URI: inproc:// or strata://host:port; none: no store (every token "
+                 "computed, save what the HBM tier holds)");
   app.add_option("--token", token, "Bearer token for strata://");
   app.add_option("--model", model_path,
                  "safetensors weights (strata-mkmodel); default: random weights, --seed");
@@ -103,6 +120,11 @@ int main(int argc, char** argv) {
                  "Write the metrics (Prometheus text) here at the end");
   strata::worker::ServeFlags serve_flags;
   CLI::App* serve = AddServeCommand(app, serve_flags);
+  std::string endpoint;
+  CLI::App* send = app.add_subcommand(
+      "send", "Send the --workload to a serving worker over HTTP; print the same report");
+  send->fallthrough();
+  send->add_option("--endpoint", endpoint, "host:port of `strata-worker serve`")->required();
   CLI11_PARSE(app, argc, argv);
 
   using namespace strata::worker;
@@ -112,6 +134,7 @@ int main(int argc, char** argv) {
   if (!serve->parsed() && workload_path.empty()) {
     return Fail(strata::InvalidArgument("--workload is required (or run `strata-worker serve`)"));
   }
+  if (send->parsed()) return SendWorkload(endpoint, workload_path, json);
   strata::Result<ModelWeights> model = strata::InvalidArgument("unset");
   if (model_path.empty()) {
     model = ModelFromFile(RandomModelFile(DefaultModelConfig(), random_seed));
@@ -127,7 +150,8 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   strata::ClientOptions co;
   co.token = token;
-  strata::Result<std::unique_ptr<strata::Store>> store = strata::OpenStore(store_uri, co);
+  strata::Result<std::unique_ptr<strata::Store>> store = std::unique_ptr<strata::Store>();
+  if (store_uri != "none") store = strata::OpenStore(store_uri, co);
   if (!store.ok()) return Fail(store.status());
   eo.store = store->get();
   strata::MetricsRegistry metrics;

@@ -53,4 +53,25 @@ if "$mkworkload" -o "$work/long" --conversations 1 --turns 2 --system-bytes 6000
 fi
 grep -q "above the worker's limit" "$work/err4.txt" ||
   { echo "unexpected error text:"; cat "$work/err4.txt"; exit 1; }
+# The main job's path: `strata-worker serve` (the HBM tier on, no store),
+# the same workload sent through HTTP with `strata-worker send`: the second
+# turn hits the HBM tier; SIGTERM drains and exits 0.
+"$worker" serve --listen 127.0.0.1:0 --store none >"$work/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 600); do
+  grep -q "listening http=" "$work/serve.log" && break
+  kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log"; exit 1; }
+  sleep 0.1
+done
+http=$(sed -n 's/.*listening http=\([0-9]*\).*/\1/p' "$work/serve.log")
+"$worker" send --endpoint "127.0.0.1:$http" --workload "$work/w" --json >"$work/send.json"
+grep -qE '"turn":2,"prompt_tokens":[0-9]+,"hit_tokens":[1-9][0-9]*,"hbm_hit_tokens":[1-9]' \
+  "$work/send.json" || { echo "turn 2 did not hit the HBM tier:"; cat "$work/send.json"; exit 1; }
+if "$worker" send --endpoint "127.0.0.1:1" --workload "$work/w" >/dev/null 2>"$work/err5.txt"; then
+  echo "send to a closed port succeeded"
+  exit 1
+fi
+kill -TERM "$serve_pid"
+wait "$serve_pid" || { echo "serve did not exit 0 after SIGTERM:"; cat "$work/serve.log"; exit 1; }
+grep -q "drained; 2 requests finished" "$work/serve.log" || { cat "$work/serve.log"; exit 1; }
 echo "worker CLI metrics: ok"

@@ -64,4 +64,11 @@ Status CheckWorkload(const std::vector<WorkloadItem>& items);
 Result<std::vector<WorkloadResult>> RunWorkload(Engine& engine,
                                                 const std::vector<WorkloadItem>& items);
 
+// The same through a serving worker's HTTP API (`strata-worker serve` at
+// host:port): conversations side by side, turns in order, each turn's
+// session_id its conversation. The stats come from each answer's usage
+// (ttft_s: the worker's own measure).
+Result<std::vector<WorkloadResult>> RunWorkloadOverHttp(const std::string& host, int port,
+                                                        const std::vector<WorkloadItem>& items);
+
 }  // namespace strata::worker
