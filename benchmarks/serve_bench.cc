@@ -1,5 +1,6 @@
 #include "serve_bench.h"
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -109,7 +110,7 @@ int LoadOnly(const ServeBenchOptions& o, const std::vector<LoadRequest>& request
   return s.errors == s.requests ? 1 : 0;
 }
 
-std::string Percent(double load) { return std::to_string(static_cast<int>(load * 100 + 0.5)); }
+std::string Percent(double load) { return std::to_string(std::lround(load * 100)); }
 
 // Returns the number of failed requests.
 size_t PrintComparison(const ServeBenchOptions& o, double capacity, const std::vector<Run>& runs,

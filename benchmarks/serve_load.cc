@@ -143,6 +143,7 @@ std::vector<RequestOutcome> RunLoad(const std::vector<std::string>& endpoints,
                                     const std::vector<LoadRequest>& requests,
                                     const ServeLoadOptions& options, const std::string& label) {
   std::vector<Endpoint> at;
+  at.reserve(endpoints.size());
   for (const std::string& e : endpoints) at.push_back(ParseEndpoint(e));
   std::vector<RequestOutcome> out(requests.size());
   std::atomic<size_t> next{0}, done{0}, errors{0};

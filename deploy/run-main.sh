@@ -29,6 +29,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# wait_listening PID LOG KIND NAME: prints the port of LOG's "listening
+# KIND=PORT" line once PID writes it (60 s at most).
+wait_listening() {
+  for _ in $(seq 600); do
+    grep -q "listening $3=" "$2" && break
+    kill -0 "$1" 2>/dev/null || { cat "$2" >&2; return 1; }
+    sleep 0.1
+  done
+  local p
+  p=$(sed -n "s/.*listening $3=\([0-9]*\).*/\1/p" "$2")
+  [ -n "$p" ] || { echo "$4 did not start" >&2; cat "$2" >&2; return 1; }
+  echo "$p"
+}
+
 # The bundled workload; regenerate with: strata-mkworkload -o deploy/sample.workload
 workload=deploy/sample.workload
 [ -f "$workload" ] || { "$BUILD_DIR"/worker/strata-mkworkload -o "$work/sample.workload"; workload="$work/sample.workload"; }
@@ -37,24 +51,12 @@ echo "== starting strata-node (deploy/strata-node.yaml, demo tokens)" >&2
 "$BUILD_DIR"/cachestore/strata-node --config deploy/strata-node.yaml \
   --set listen=127.0.0.1:0 --set http_listen=127.0.0.1:0 >"$work/node.log" 2>&1 &
 node_pid=$!
-for _ in $(seq 300); do
-  grep -q "listening grpc=" "$work/node.log" && break
-  kill -0 "$node_pid" 2>/dev/null || { cat "$work/node.log" >&2; exit 1; }
-  sleep 0.1
-done
-port=$(sed -n 's/.*listening grpc=\([0-9]*\).*/\1/p' "$work/node.log")
-[ -n "$port" ] || { echo "strata-node did not start" >&2; cat "$work/node.log" >&2; exit 1; }
+port=$(wait_listening "$node_pid" "$work/node.log" grpc strata-node)
 echo "== strata-worker serve, attached to strata://127.0.0.1:$port" >&2
 "$BUILD_DIR"/worker/strata-worker serve --listen 127.0.0.1:0 \
   --store "strata://127.0.0.1:$port" --token demo-write >"$work/worker.log" 2>&1 &
 worker_pid=$!
-for _ in $(seq 600); do
-  grep -q "listening http=" "$work/worker.log" && break
-  kill -0 "$worker_pid" 2>/dev/null || { cat "$work/worker.log" >&2; exit 1; }
-  sleep 0.1
-done
-http=$(sed -n 's/.*listening http=\([0-9]*\).*/\1/p' "$work/worker.log")
-[ -n "$http" ] || { echo "strata-worker did not start" >&2; cat "$work/worker.log" >&2; exit 1; }
+http=$(wait_listening "$worker_pid" "$work/worker.log" http strata-worker)
 
 echo "== $workload through http://127.0.0.1:$http/v1/completions" >&2
 "$BUILD_DIR"/worker/strata-worker send --endpoint "127.0.0.1:$http" --workload "$workload" "$@"

@@ -54,7 +54,7 @@ inline int ConnectTo(const std::string& host, int port, int recv_timeout_s) {
 inline HttpResult Exchange(const std::string& host, int port, const std::string& method,
                            const std::string& path, const std::string& body,
                            const std::function<bool(const Json&)>& on_event = nullptr,
-                           int recv_timeout_s = 60) {
+                           int recv_timeout_s = 300) {
   HttpResult r;
   const int fd = ConnectTo(host, port, recv_timeout_s);
   if (fd < 0) return r;

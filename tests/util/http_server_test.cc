@@ -29,6 +29,18 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A connection to `port` that has sent `request`; -1 on failure.
+int SendRequest(int port, const std::string& request) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return -1;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Answers POST /echo with its body, at once.
 std::unique_ptr<HttpServer> StartEcho(HttpServerOptions options = {}) {
   options.methods = {"GET", "POST"};
@@ -146,10 +158,9 @@ TEST(HttpServerTest, AnswersLaterFromAnotherThreadThenServesThePipelinedRequest)
   Parked parked;
   auto server = StartParked(parked);
   ASSERT_NE(server, nullptr);
-  const int fd = ConnectLoopback(server->port());
+  const int fd = SendRequest(server->port(),
+                             "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\nConnection: close\r\n\r\n");
   ASSERT_GE(fd, 0);
-  const std::string two = "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\nConnection: close\r\n\r\n";
-  ASSERT_EQ(send(fd, two.data(), two.size(), MSG_NOSIGNAL), static_cast<ssize_t>(two.size()));
   auto first = parked.Wait(1);
   ASSERT_NE(first, nullptr);
   std::thread([first] {
@@ -201,10 +212,8 @@ TEST(HttpServerTest, AClientThatLeavesMidStreamIsReportedOnceAndLaterPartsAreDro
   Parked parked;
   auto server = StartParked(parked);
   ASSERT_NE(server, nullptr);
-  const int fd = ConnectLoopback(server->port());
+  const int fd = SendRequest(server->port(), "GET /s HTTP/1.1\r\n\r\n");
   ASSERT_GE(fd, 0);
-  const std::string get = "GET /s HTTP/1.1\r\n\r\n";
-  ASSERT_EQ(send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
   auto r = parked.Wait(1);
   ASSERT_NE(r, nullptr);
   r->StartStream(200, "text/event-stream");
@@ -268,10 +277,8 @@ TEST(HttpServerTest, StopRightAfterAnAnswerEndedStillDeliversIt) {
   Parked parked;
   auto server = StartParked(parked);
   ASSERT_NE(server, nullptr);
-  const int fd = ConnectLoopback(server->port());
+  const int fd = SendRequest(server->port(), "GET /s HTTP/1.1\r\n\r\n");
   ASSERT_GE(fd, 0);
-  const std::string get = "GET /s HTTP/1.1\r\n\r\n";
-  ASSERT_EQ(send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
   auto r = parked.Wait(1);
   ASSERT_NE(r, nullptr);
   r->StartStream(200, "text/event-stream");

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "strata/metrics.h"
 #include "strata/worker/block_pool.h"
 #include "strata/worker/engine.h"
 #include "strata/worker/prefix_cache.h"
+#include "temp_dir.h"
 #include "worker_test_util.h"
 
 namespace strata::worker {
@@ -266,6 +268,44 @@ TEST(HbmTierTest, AnAbortedRequestLeavesTheTierConsistent) {
   const RunResult after = RunOn(**engine, 3, turn2);
   EXPECT_EQ(after.stats.hbm_hit_tokens, 512u);
   ExpectIdentical(RunOne(Options(nullptr), turn2), after);
+}
+
+// A store reopened over its SSD tier holds the blocks on SSD only: a warm
+// run's hits count as the SSD tier's, in its stats and the metrics.
+TEST(HbmTierTest, HitsAreCountedByTheTierTheyCameFrom) {
+  strata::testing::ScopedTempDir dir("strata-hbm-ssd");
+  CacheStoreOptions o;
+  o.dram.capacity_bytes = 64ull << 20;
+  o.dram.granule_bytes = 4096;  // O_DIRECT straight into the arena
+  o.maintenance_interval = 0;
+  SsdTierOptions ssd;
+  ssd.dir = dir.path() + "/ssd";
+  ssd.capacity_bytes = 64ull << 20;
+  o.ssd = ssd;
+  o.ssd_swa_state = true;  // the SWA state too: the warm run is exact
+  const std::vector<uint32_t> turn1 = Tokens(600, 1);
+  const std::vector<uint32_t> turn2 = Concat(turn1, Tokens(306, 2));
+  {
+    auto cache = std::shared_ptr<CacheStore>(CacheStore::Open(o).value());
+    auto store = Attach(cache);
+    (void)RunOne(Options(store.get()), turn1);
+    cache->FlushWriteBack();
+  }
+  auto cache = std::shared_ptr<CacheStore>(CacheStore::Open(o).value());  // DRAM starts empty
+  auto store = Attach(cache);
+  MetricsRegistry metrics;
+  EngineOptions eo = Options(store.get());
+  eo.metrics = &metrics;
+  const RunResult warm = RunOne(eo, turn2);
+  EXPECT_EQ(warm.stats.hit_tokens, 512u);
+  EXPECT_EQ(warm.stats.ssd_hit_tokens, 512u);
+  EXPECT_EQ(warm.stats.hbm_hit_tokens, 0u);
+  EXPECT_TRUE(warm.stats.swa_hit);
+  ExpectIdentical(RunOne(Options(nullptr), turn2), warm);
+  const std::string text = metrics.RenderPrometheus();
+  EXPECT_NE(text.find("strata_worker_tier_hit_tokens_total{tier=\"ssd\"} 512\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("strata_worker_tier_hit_tokens_total{tier=\"dram\"} 0\n"), std::string::npos);
 }
 
 }  // namespace

@@ -266,10 +266,7 @@ void ApiServer::Admit(Arrival arrival) {
   const Status added = engine_->AddRequest(std::move(r));
   if (!added.ok()) {
     ReplyError(*live->responder, {500, "the engine refused the request: " + added.ToString(), ""});
-    std::lock_guard lock(mu_);
-    ++stats_.finished;
-    --stats_.in_flight;
-    drained_.notify_all();
+    Leave(&Stats::finished);
     return;
   }
   live_.emplace(arrival.id, std::move(live));
@@ -324,11 +321,7 @@ void ApiServer::Finish(uint64_t id, Live& live, const StepOutput& out) {
     live.responder->Reply(JsonReply(200, CompletionJson(live.who, live.output, out.stats)));
   }
   live_.erase(id);
-  std::lock_guard lock(mu_);
-  ++stats_.finished;
-  --stats_.in_flight;
-  if (in_flight_gauge_ != nullptr) in_flight_gauge_->Set(static_cast<int64_t>(stats_.in_flight));
-  drained_.notify_all();
+  Leave(&Stats::finished);
 }
 
 // Ends a request before its last token: the engine lets go of everything
@@ -364,8 +357,14 @@ void ApiServer::End(uint64_t id, EndReason reason) {
         ->Increment();
   }
   live_.erase(it);
+  Leave(&Stats::cancelled);
+}
+
+// A request is over: counted under `outcome`, no longer in flight (a drain
+// may be waiting for that).
+void ApiServer::Leave(uint64_t Stats::*outcome) {
   std::lock_guard lock(mu_);
-  ++stats_.cancelled;
+  ++(stats_.*outcome);
   --stats_.in_flight;
   if (in_flight_gauge_ != nullptr) in_flight_gauge_->Set(static_cast<int64_t>(stats_.in_flight));
   drained_.notify_all();

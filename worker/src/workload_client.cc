@@ -75,6 +75,7 @@ Result<std::vector<WorkloadResult>> RunWorkloadOverHttp(const std::string& host,
   std::mutex mu;
   Status first_error;
   std::vector<std::thread> threads;
+  threads.reserve(lanes.size());
   for (const auto& [lane, order] : lanes) {
     threads.emplace_back([&, order = order] {
       httplib::Client client(host, port);

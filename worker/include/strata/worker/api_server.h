@@ -100,6 +100,7 @@ class ApiServer {
   void SendTokens(Live& live, const StepOutput& out);
   void Finish(uint64_t id, Live& live, const StepOutput& out);
   void End(uint64_t id, EndReason reason);
+  void Leave(uint64_t Stats::*outcome);
   void ExpireDeadlines();
 
   std::unique_ptr<Engine> engine_;
