@@ -114,6 +114,8 @@ endforeach()
 # HBM tier orders pages with the store's policies). The kernels nothing of
 # the store.
 check_dir(worker "${below_client}" "eviction")
+# The router: the client layer's public headers (and the worker's), no internals.
+check_dir(router "${below_client}" "")
 check_dir(kernels "" "")
 check_dir(tools/trace "${below_client}" "")
 # strata-admin speaks the node's gRPC protocol: it may use the rpc and

@@ -1,6 +1,7 @@
-// A real `strata-worker serve` process for tests and benchmarks: started
-// with the caller's flags, ready once it prints "listening http=PORT".
-// Needs STRATA_WORKER_BINARY defined to the binary's path.
+// A real `strata-worker serve` (or `strata-router`) process for tests and
+// benchmarks: started with the caller's flags, ready once it prints
+// "listening http=PORT". Start needs STRATA_WORKER_BINARY defined to the
+// worker's path; StartCommand runs any such server.
 #pragma once
 
 #include <signal.h>
@@ -20,12 +21,21 @@ class WorkerProcess {
  public:
   // Starts `strata-worker serve --listen 127.0.0.1:0 <flags...>`; nullptr
   // with the log in *error when it does not come up.
+#ifdef STRATA_WORKER_BINARY
   static std::unique_ptr<WorkerProcess> Start(const std::string& log_path,
                                               const std::vector<std::string>& flags,
                                               std::string* error) {
-    std::unique_ptr<WorkerProcess> w(new WorkerProcess());
     std::vector<std::string> args = {STRATA_WORKER_BINARY, "serve", "--listen", "127.0.0.1:0"};
     args.insert(args.end(), flags.begin(), flags.end());
+    return StartCommand(args, log_path, error);
+  }
+#endif
+
+  // `args` (the binary first) with the log at `log_path`.
+  static std::unique_ptr<WorkerProcess> StartCommand(const std::vector<std::string>& args,
+                                                     const std::string& log_path,
+                                                     std::string* error) {
+    std::unique_ptr<WorkerProcess> w(new WorkerProcess());
     if (!w->process_.Start(args, log_path, error)) return nullptr;
     const std::regex listening(R"(listening http=(\d+))");
     for (int i = 0; i < 600; ++i) {  // up to 60 s: sanitizer builds make the model slowly
@@ -36,12 +46,12 @@ class WorkerProcess {
         return w;
       }
       if (w->process_.HasExited()) {
-        *error = "strata-worker exited at start:\n" + log;
+        *error = args[0] + " exited at start:\n" + log;
         return nullptr;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    *error = "strata-worker did not start in time:\n" + w->process_.Log();
+    *error = args[0] + " did not start in time:\n" + w->process_.Log();
     return nullptr;
   }
 
@@ -61,6 +71,7 @@ class WorkerProcess {
     return status;
   }
   int Terminate() { return process_.Terminate(); }
+  void Kill() { process_.Kill(); }
 
  private:
   WorkerProcess() = default;
