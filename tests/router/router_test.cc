@@ -13,6 +13,7 @@
 #include "strata/router/routing_policy.h"
 #include "temp_dir.h"
 #include "worker_process.h"
+#include "worker_test_util.h"
 
 namespace strata::router {
 namespace {
@@ -24,16 +25,7 @@ using strata::testing::MetricValue;
 using strata::testing::Post;
 using strata::testing::ScopedTempDir;
 using strata::testing::WorkerProcess;
-
-std::vector<uint32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<uint32_t> t(n);
-  uint64_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t[i] = static_cast<uint32_t>((x >> 33) % 256);
-  }
-  return t;
-}
+using strata::worker::testing::Tokens;
 
 TEST(RoutingPolicyTest, CacheAwareWeighsTheCachedPrefixAgainstQueuedWork) {
   auto policy = MakeRoutingPolicy("cache_aware");
